@@ -1,0 +1,17 @@
+"""Errors the engine raises for problems a user can fix (bad files, bad inputs).
+
+Each message says what is wrong, where (file, tensor name) and how to fix it, so
+the CLI can print it as is instead of a traceback.
+"""
+
+
+class EngineError(Exception):
+    """A problem with the user's model files or inputs, with a message meant for people."""
+
+
+class ModelFileError(EngineError):
+    """A model file is missing, truncated, corrupt, unsafe or does not match its config."""
+
+
+class InputError(EngineError):
+    """Arguments passed to a model have the wrong shape, dtype or values."""
