@@ -1,0 +1,158 @@
+"""The base of every streamed model: ops that fetch their weights as they run.
+
+A model's forward pass is plain code calling `self.conv(name, ...)`,
+`self.linear(name, ...)` and friends with the checkpoint's module names. Each call
+asks the WeightsProvider for that module's tensors, computes, prints a trace line
+when `ops_printf` is on, and lets the weights go.
+
+`plan()` runs the same forward code in planning mode: no weights are read and ops
+return zeros of the right shape, but every request is recorded, which gives the
+exact order the prefetch thread must read in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from engine import ops
+from engine.options import Options
+from engine.sources import Normalized, Source
+from engine.trace import OpTrace
+from engine.weights import Group, TensorStore, make_provider
+
+
+class StreamedModel:
+    def __init__(self, store: TensorStore, options: Options):
+        self.store = store
+        self.options = options
+        self.provider = make_provider(store, options.weights, options.prefetch_bytes)
+        self.trace = OpTrace(options.ops_printf)
+        self._recording: list[Group] | None = None
+
+    def close(self) -> None:
+        """Stop the prefetch thread and close the weight files."""
+        self.provider.close()
+
+    def __enter__(self) -> "StreamedModel":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def planning(self) -> bool:
+        return self._recording is not None
+
+    def record_plan(self, forward: Callable[[], object]) -> list[Group]:
+        """The weight requests `forward` makes, in order, without reading or computing them."""
+        self._recording = []
+        try:
+            forward()
+            return self._recording
+        finally:
+            self._recording = None
+
+    def run_planned(self, plan: list[Group], forward: Callable[[], np.ndarray]) -> np.ndarray:
+        self.provider.begin(plan)
+        try:
+            return forward()
+        finally:
+            self.provider.end()
+            self.trace.summary()
+
+    # -- weights ---------------------------------------------------------------
+
+    def fetch(self, names: Group) -> list[np.ndarray]:
+        if self._recording is not None:
+            self._recording.append(names)
+            return []
+        return self.provider.get(names)
+
+    def _param_names(self, name: str) -> Group:
+        bias = name + ".bias"
+        return (name + ".weight", bias) if bias in self.store else (name + ".weight",)
+
+    def _weight_bytes(self, names: Group) -> int:
+        return sum(self.store.stored_bytes(n) for n in names)
+
+    # -- ops -------------------------------------------------------------------
+
+    def linear(self, name: str, x: np.ndarray) -> np.ndarray:
+        names = self._param_names(name)
+        started = self.trace.begin()
+        params = self.fetch(names)
+        if self.planning:
+            return np.zeros(x.shape[:-1] + (self.store.shape(names[0])[0],), dtype=np.float32)
+        lead = x.shape[:-1]
+        y = ops.linear(x.reshape(-1, x.shape[-1]), *params).reshape(*lead, -1)
+        self.trace.end("linear", name, self._weight_bytes(names), started)
+        return y
+
+    def conv(self, name: str, src: Source, stride: int = 1, out: np.ndarray | None = None) -> np.ndarray:
+        """Convolution of a source; with `out`, the result is added to it."""
+        names = self._param_names(name)
+        started = self.trace.begin()
+        params = self.fetch(names)
+        if self.planning:
+            B, _, H, W = src.shape
+            co = self.store.shape(names[0])[0]
+            return out if out is not None else np.zeros((B, co, (H - 1) // stride + 1, (W - 1) // stride + 1),
+                                                        dtype=np.float32)
+        w, b = params if len(params) == 2 else (params[0], None)
+        y = ops.conv2d(src, w, b, stride, self.options.band_bytes, out)
+        self.trace.end("conv", name, self._weight_bytes(names), started)
+        return y
+
+    def group_norm(self, name: str, src: Source, groups: int, eps: float, silu: bool = False) -> Source:
+        """GroupNorm (+SiLU) as a source: statistics now, normalised values when read."""
+        names = self._param_names(name)
+        started = self.trace.begin()
+        params = self.fetch(names)
+        if self.planning:
+            return src
+        y = Normalized(src, params[0], params[1], groups, eps, silu)
+        self.trace.end("groupnorm", name, self._weight_bytes(names), started)
+        return y
+
+    def layer_norm(self, name: str, x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+        names = self._param_names(name)
+        started = self.trace.begin()
+        params = self.fetch(names)
+        if self.planning:
+            return np.zeros_like(x)
+        y = ops.layer_norm(x, params[0], params[1], eps)
+        self.trace.end("layernorm", name, self._weight_bytes(names), started)
+        return y
+
+    def feed_forward(self, name: str, x: np.ndarray) -> np.ndarray:
+        """GEGLU feed-forward (net.0.proj -> value * gelu(gate) -> net.2), in bands of rows
+        so the 8x-wide hidden layer never exists for all tokens at once."""
+        names = self._param_names(name + ".net.0.proj") + self._param_names(name + ".net.2")
+        started = self.trace.begin()
+        params = self.fetch(names)
+        if self.planning:
+            return np.zeros_like(x)
+        w1, b1, w2, b2 = params
+        lead, c = x.shape[:-1], x.shape[-1]
+        rows = x.reshape(-1, c)
+        out = np.empty_like(rows)
+        band = max(1, self.options.band_bytes // (4 * w1.shape[0]))
+        for r0 in range(0, rows.shape[0], band):
+            hidden = ops.geglu(ops.linear(rows[r0:r0 + band], w1, b1))
+            np.matmul(hidden, w2.T, out=out[r0:r0 + band])
+        out += b2
+        self.trace.end("ff", name, self._weight_bytes(names), started)
+        return out.reshape(*lead, c)
+
+    def attention(self, name: str, q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int) -> np.ndarray:
+        """Multi-head attention over (B, L, C) q and (B, Lk, C) k, v; no weights of its own."""
+        if self.planning:
+            return np.zeros_like(q)
+        started = self.trace.begin()
+        out = np.empty_like(q)
+        for b in range(q.shape[0]):
+            out[b] = ops.attention(q[b], k[b], v[b], heads, self.options.attention_slices)
+        self.trace.end("attention", name, 0, started)
+        return out

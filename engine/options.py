@@ -1,0 +1,83 @@
+"""Engine options and the presets that bundle them.
+
+A preset is a named starting point; every option can be overridden on its own:
+`UNet.load(path, preset="rpi-lowmem", attention_slices=8)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from engine.errors import InputError
+
+WEIGHTS_PROVIDERS = ("nocache", "prefetch", "ram")
+ACTIVATION_DTYPES = ("fp32", "fp16", "uint8")
+
+
+@dataclass(frozen=True)
+class Options:
+    weights: str = "prefetch"
+    """How weights reach an op: "nocache" (read when needed), "prefetch" (a thread reads
+    ahead in execution order), "ram" (keep everything once read)."""
+    prefetch_bytes: int = 1 << 30
+    """Prefetch budget: fp32 bytes read ahead but not yet used (at least one op is always read)."""
+    drop_pages: bool = False
+    """After reading a weight, tell the kernel to drop its file pages from the page cache,
+    so a model larger than RAM does not push out everything else."""
+    attention_slices: int = 2
+    """Query rows of each attention head are processed in this many bands."""
+    skip_dtype: str = "fp32"
+    """Storage of the UNet's skip connections between down and up blocks: fp32, fp16, or
+    uint8 with dynamic per-tensor quantisation (0.1/99.9 percentile range)."""
+    cross_kv_cache: bool = True
+    """Compute cross-attention K and V once per prompt conditioning and reuse them."""
+    kv_dtype: str = "fp32"
+    """Storage of the cached cross-attention K and V: fp32 or fp16."""
+    band_bytes: int = 64 << 20
+    """Largest temporary a banded op builds at once: a convolution's patch matrix, the
+    feed-forward's hidden rows."""
+    ops_printf: bool = False
+    """Print every op as it runs: weight bytes, seconds and process RSS."""
+
+    def replace(self, **overrides: object) -> "Options":
+        known = {f.name: f for f in dataclasses.fields(self)}
+        for key, value in overrides.items():
+            if key not in known:
+                raise InputError(f"unknown engine option '{key}'; known options: {', '.join(sorted(known))}")
+            expected = type(getattr(self, key))
+            if expected is int and isinstance(value, bool) or not isinstance(value, expected):
+                raise InputError(f"engine option '{key}' must be {expected.__name__}, got {value!r}")
+        opts = dataclasses.replace(self, **overrides)
+        opts.validate()
+        return opts
+
+    def validate(self) -> None:
+        if self.weights not in WEIGHTS_PROVIDERS:
+            raise InputError(f"weights='{self.weights}' is not one of {', '.join(WEIGHTS_PROVIDERS)}")
+        if self.skip_dtype not in ACTIVATION_DTYPES:
+            raise InputError(f"skip_dtype='{self.skip_dtype}' is not one of {', '.join(ACTIVATION_DTYPES)}")
+        if self.kv_dtype not in ("fp32", "fp16"):
+            raise InputError(f"kv_dtype='{self.kv_dtype}' must be fp32 or fp16")
+        for key in ("prefetch_bytes", "attention_slices", "band_bytes"):
+            if getattr(self, key) < 1:
+                raise InputError(f"engine option '{key}' must be at least 1, got {getattr(self, key)}")
+
+
+PRESETS: dict[str, Options] = {
+    # A PC: read ahead on a thread, big bands, everything in fp32.
+    "default": Options(),
+    # A Pi Zero 2 W with some headroom: a small read-ahead, compact skips and K/V.
+    "rpi": Options(weights="prefetch", prefetch_bytes=48 << 20, drop_pages=True, attention_slices=16,
+                   skip_dtype="fp16", kv_dtype="fp16", band_bytes=8 << 20),
+    # A Pi Zero 2 W generating 1024x1024: the least memory; plain reads, uint8 skips.
+    "rpi-lowmem": Options(weights="nocache", drop_pages=True, attention_slices=16,
+                          skip_dtype="uint8", kv_dtype="fp16", band_bytes=4 << 20),
+}
+
+
+def resolve(preset: str = "default", **overrides: object) -> Options:
+    """The options of `preset` with `overrides` applied."""
+    if preset not in PRESETS:
+        raise InputError(f"unknown preset '{preset}'; choose one of: {', '.join(PRESETS)}")
+    return PRESETS[preset].replace(**overrides)

@@ -1,0 +1,5 @@
+"""Stable Diffusion XL on the streaming engine."""
+
+from engine.sdxl.unet import UNet
+
+__all__ = ["UNet"]

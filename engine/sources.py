@@ -1,0 +1,203 @@
+"""Images a convolution reads in bands of rows, so big inputs are never copied whole.
+
+A Source is a (B, C, H, W) float32 image that can produce any band of rows of one
+batch item. Besides plain arrays, sources can be compact (fp16 or uint8 storage,
+expanded per band), a channel concatenation (the UNet's skip joins), a nearest
+upsampling, or a GroupNorm(+SiLU) of another source: the normalised, upsampled or
+concatenated image then exists only one band at a time, inside the next conv.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine import fastops
+
+PERCENTILE_SAMPLES = 1 << 20
+
+
+class Source:
+    shape: tuple[int, int, int, int]
+
+    def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
+        """Rows y0:y1 of batch item b as float32 (C, y1-y0, W); treat as read-only."""
+        raise NotImplementedError
+
+    def dense(self) -> np.ndarray:
+        """The whole image as a new (or shared, read-only) float32 array."""
+        B, C, H, W = self.shape
+        out = np.empty(self.shape, dtype=np.float32)
+        step = max(1, (4 << 20) // (4 * C * W))
+        for b in range(B):
+            for y0 in range(0, H, step):
+                out[b, :, y0:y0 + step] = self.rows(b, y0, min(H, y0 + step))
+        return out
+
+
+class Dense(Source):
+    """A plain float32 array."""
+
+    def __init__(self, x: np.ndarray):
+        self.x = x
+        self.shape = x.shape
+
+    def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
+        return self.x[b, :, y0:y1]
+
+    def dense(self) -> np.ndarray:
+        return self.x
+
+
+class Compact(Source):
+    """An activation kept as fp16 or dynamically quantised uint8 until it is read back.
+
+    Stored row-major as (B, H, C, W) so a band of rows is one contiguous block.
+    uint8 uses one scale and zero point per tensor; the range is the 0.1/99.9
+    percentiles (extended to include 0), as OnnxStream does for its skip tensors.
+    """
+
+    def __init__(self, x: np.ndarray, dtype: str):
+        B, C, H, W = self.shape = x.shape
+        self.dtype = dtype
+        if dtype == "fp16":
+            self.data = np.empty((B, H, C, W), dtype=np.uint16)
+        else:
+            self.scale, self.zero = uint8_range(x)
+            self.data = np.empty((B, H, C, W), dtype=np.uint8)
+        step = max(1, (1 << 20) // (4 * C * W))
+        band = np.empty((step, C, W), dtype=np.float32)
+        for b in range(B):
+            for y0 in range(0, H, step):
+                n = min(step, H - y0)
+                np.copyto(band[:n], x[b, :, y0:y0 + n].transpose(1, 0, 2))
+                if dtype == "fp16":
+                    fastops.f32_to_f16(band[:n], self.data[b, y0:y0 + n])
+                else:
+                    fastops.quant_u8(band[:n], self.scale, self.zero, self.data[b, y0:y0 + n])
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+    def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
+        raw = self.data[b, y0:y1]
+        out = np.empty(raw.shape, dtype=np.float32)
+        if self.dtype == "fp16":
+            fastops.f16_to_f32(raw, out)
+        else:
+            fastops.dequant_u8(raw, self.scale, self.zero, out)
+        return out.transpose(1, 0, 2)
+
+
+def uint8_range(x: np.ndarray) -> tuple[float, float]:
+    """Scale and zero point covering the 0.1..99.9 percentile range of x and 0."""
+    flat = x.reshape(-1)
+    sample = flat[:: max(1, flat.size // PERCENTILE_SAMPLES)]
+    lo, hi = np.percentile(sample, [0.1, 99.9])
+    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    scale = np.float32((hi - lo) / 255.0) if hi > lo else np.float32(1.0)
+    zero = np.float32(np.clip(np.rint(-lo / scale), 0, 255))
+    return float(scale), float(zero)
+
+
+def store(x: np.ndarray, dtype: str) -> Source:
+    """Keep an activation in the given storage ("fp32" keeps the array itself)."""
+    return Dense(x) if dtype == "fp32" else Compact(x, dtype)
+
+
+class Concat(Source):
+    """Channel concatenation [a, b] (hidden state first, then the skip)."""
+
+    def __init__(self, *parts: Source):
+        B, _, H, W = parts[0].shape
+        self.parts = parts
+        self.shape = (B, sum(p.shape[1] for p in parts), H, W)
+
+    def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
+        return np.concatenate([p.rows(b, y0, y1) for p in self.parts], axis=0)
+
+
+class Upsampled(Source):
+    """Nearest-neighbour resize to (H, W) as torch's interpolate(mode="nearest") does."""
+
+    def __init__(self, src: Source, size: tuple[int, int]):
+        B, C, h, w = src.shape
+        self.src = src
+        self.shape = (B, C, size[0], size[1])
+        self.ymap = nearest_index(h, size[0])
+        self.xmap = nearest_index(w, size[1])
+
+    def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
+        ys = self.ymap[y0:y1]
+        base = int(ys[0])
+        block = self.src.rows(b, base, int(ys[-1]) + 1)
+        return block[:, ys - base][:, :, self.xmap]
+
+
+def nearest_index(n_in: int, n_out: int) -> np.ndarray:
+    scale = np.float32(n_in) / np.float32(n_out)
+    idx = np.floor(np.arange(n_out, dtype=np.float32) * scale).astype(np.int64)
+    return np.minimum(idx, n_in - 1)
+
+
+class Normalized(Source):
+    """GroupNorm of a source (statistics over each group's channels and pixels), then
+    optionally SiLU. Statistics are gathered band by band at construction; the
+    normalised values are produced per band when read."""
+
+    def __init__(self, src: Source, gamma: np.ndarray, beta: np.ndarray, groups: int, eps: float,
+                 silu: bool):
+        self.src = src
+        self.shape = src.shape
+        self.silu = silu
+        mean, rstd = group_stats(src, groups, eps)                       # (B, G)
+        cpg = self.shape[1] // groups
+        mean = np.repeat(mean, cpg, axis=1)
+        rstd = np.repeat(rstd, cpg, axis=1)
+        self.scale = (rstd * gamma[None, :]).astype(np.float32)         # (B, C)
+        self.shift = (beta[None, :] - mean * self.scale).astype(np.float32)
+
+    def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
+        x = self.src.rows(b, y0, y1)
+        y = x * self.scale[b, :, None, None]
+        y += self.shift[b, :, None, None]
+        return silu_(y) if self.silu else y
+
+
+def silu_(x: np.ndarray) -> np.ndarray:
+    """x * sigmoid(x), in place."""
+    t = np.negative(x)
+    np.exp(t, out=t)
+    t += 1.0
+    np.divide(x, t, out=x)
+    return x
+
+
+def group_stats(src: Source, groups: int, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per (batch, group) mean and 1/sqrt(var + eps), from per-channel band statistics
+    merged with Chan's parallel formula (stable where mean >> std)."""
+    B, C, H, W = src.shape
+    step = max(1, (4 << 20) // (4 * C * W))
+    mean = np.empty((B, groups))
+    rstd = np.empty((B, groups))
+    for b in range(B):
+        n = 0
+        m = np.zeros(C)
+        m2 = np.zeros(C)
+        for y0 in range(0, H, step):
+            x = src.rows(b, y0, min(H, y0 + step))
+            k = x.shape[1] * W
+            bm = x.mean(axis=(1, 2), dtype=np.float64)
+            d = x - bm[:, None, None].astype(np.float32)
+            bm2 = np.einsum("cij,cij->c", d, d, dtype=np.float64)
+            delta = bm - m
+            m2 += bm2 + delta * delta * (n * k / (n + k))
+            m += delta * (k / (n + k))
+            n += k
+        cm = m.reshape(groups, -1)
+        gm = cm.mean(axis=1)
+        gm2 = m2.reshape(groups, -1).sum(axis=1) + n * ((cm - gm[:, None]) ** 2).sum(axis=1)
+        var = gm2 / (n * (C // groups))
+        mean[b] = gm
+        rstd[b] = 1.0 / np.sqrt(var + eps)
+    return mean, rstd

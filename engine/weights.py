@@ -1,0 +1,346 @@
+"""Where weights come from: a model component folder on disk, and the providers that
+hand each op its weights as fp32 just when it runs.
+
+TensorStore knows every tensor of a component (diffusers layout: config.json plus
+diffusion_pytorch_model[.fp16].safetensors, or shards with an .index.json) and reads
+one at a time, converting fp16/bf16/uint8 to fp32 in small chunks so a tensor never
+exists twice. A WeightsProvider decides when reads happen:
+
+- NoCacheProvider: read when the op asks, then drop; nothing is kept.
+- PrefetchProvider: a thread reads the next ops' weights (in the exact execution
+  order the model announces) while the current op computes, within a byte budget.
+- RamProvider: keep every weight once read (a PC with RAM to spare).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from engine import fastops
+from engine.errors import ModelFileError
+from engine.safetensors import PICKLE_SUFFIXES, TensorInfo, pread_into, read_header
+
+CHUNK_BYTES = 4 << 20
+Q_SCALE = ".q_scale"
+Q_ZERO = ".q_zero"
+
+
+def find_weight_files(folder: Path, stem: str = "diffusion_pytorch_model") -> list[Path]:
+    """The safetensors file(s) of a component folder, preferring fp16 (half the reads)."""
+    for variant in (".fp16", ""):
+        single = folder / f"{stem}{variant}.safetensors"
+        if single.is_file():
+            return [single]
+        index = folder / f"{stem}.safetensors.index{variant}.json"
+        if index.is_file():
+            return _shards_from_index(index)
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES) if folder.is_dir() else []
+    if pickles:
+        raise ModelFileError(
+            f"{folder}: only pickle weights found ({', '.join(pickles)}). slowframe refuses them because "
+            "unpickling runs whatever code the file contains. Get the .safetensors version of the model.")
+    raise ModelFileError(
+        f"{folder}: no weights found; expected {stem}.safetensors, {stem}.fp16.safetensors or a sharded "
+        f"{stem}.safetensors.index.json. Is this the component folder (e.g. the model's unet/)?")
+
+
+def _shards_from_index(index: Path) -> list[Path]:
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ModelFileError(f"{index}: unreadable shard index ({e})") from None
+    missing = [s for s in shards if not (index.parent / s).is_file()]
+    if missing:
+        raise ModelFileError(f"{index}: shard file(s) missing: {', '.join(missing)} (copy them next to the index)")
+    return [index.parent / s for s in shards]
+
+
+def read_config(folder: Path) -> dict:
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise ModelFileError(f"{path}: missing; a model component folder needs its config.json")
+    try:
+        config = json.loads(path.read_text())
+    except ValueError as e:
+        raise ModelFileError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise ModelFileError(f"{path}: expected a JSON object")
+    return config
+
+
+class TensorStore:
+    """Every tensor of one model component, read one at a time as fp32."""
+
+    def __init__(self, files: Sequence[Path], drop_pages: bool = False):
+        self.files = [Path(f) for f in files]
+        self.drop_pages = drop_pages
+        self.tensors: dict[str, TensorInfo] = {}
+        for path in self.files:
+            for name, info in read_header(path).items():
+                if name in self.tensors:
+                    raise ModelFileError(f"{path}: tensor '{name}' also appears in {self.tensors[name].path}")
+                self.tensors[name] = info
+        self._fds: dict[Path, int] = {}
+        self._fd_lock = threading.Lock()
+
+    @classmethod
+    def open(cls, folder: Path, drop_pages: bool = False) -> "TensorStore":
+        return cls(find_weight_files(Path(folder)), drop_pages)
+
+    def close(self) -> None:
+        with self._fd_lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._info(name).shape
+
+    def stored_bytes(self, name: str) -> int:
+        """Bytes read from disk for this tensor (with its quantisation parameters)."""
+        extra = sum(self.tensors[name + s].nbytes for s in (Q_SCALE, Q_ZERO) if name + s in self.tensors)
+        return self._info(name).nbytes + extra
+
+    def is_quantized(self, name: str) -> bool:
+        return name + Q_SCALE in self.tensors
+
+    def check(self, expected: dict[str, tuple[int, ...]]) -> None:
+        """Every expected tensor is present with the expected shape (and valid quantisation)."""
+        where = ", ".join(str(f) for f in self.files)
+        missing = [n for n in expected if n not in self.tensors]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise ModelFileError(f"{where}: tensor '{missing[0]}' is missing{more}; the file does not match "
+                                 "config.json (wrong model, or an incomplete conversion)")
+        for name, shape in expected.items():
+            info = self.tensors[name]
+            if info.shape != tuple(shape):
+                raise ModelFileError(f"{info.path}: tensor '{name}' has shape {list(info.shape)} but config.json "
+                                     f"implies {list(shape)}; the weights belong to a different model")
+            if info.dtype not in ("F32", "F16", "BF16", "U8"):
+                raise ModelFileError(f"{info.path}: tensor '{name}' is {info.dtype}; weights must be F32, F16, "
+                                     "BF16 or U8")
+            if info.dtype == "U8":
+                rows = (shape[0],)
+                for suffix in (Q_SCALE, Q_ZERO):
+                    q = self.tensors.get(name + suffix)
+                    if q is None or q.shape != rows or q.dtype != "F32":
+                        raise ModelFileError(f"{info.path}: uint8 tensor '{name}' needs '{name}{suffix}' as F32 "
+                                             f"{list(rows)}; the quantized model is incomplete: quantize it again")
+
+    def _info(self, name: str) -> TensorInfo:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise ModelFileError(f"{', '.join(map(str, self.files))}: tensor '{name}' is missing") from None
+
+    def _fd(self, path: Path) -> int:
+        with self._fd_lock:
+            fd = self._fds.get(path)
+            if fd is None:
+                try:
+                    fd = self._fds[path] = os.open(path, os.O_RDONLY)
+                except OSError as e:
+                    raise ModelFileError(f"{path}: cannot open: {e.strerror}") from None
+            return fd
+
+    def read(self, name: str) -> np.ndarray:
+        """The tensor as a new fp32 array."""
+        info = self._info(name)
+        fd = self._fd(info.path)
+        out = np.empty(info.shape, dtype=np.float32)
+        flat = out.reshape(-1)
+        if info.dtype == "F32":
+            pread_into(fd, memoryview(flat.view(np.uint8)), info.offset, info.path, name)
+        elif info.dtype in ("F16", "BF16"):
+            convert = fastops.f16_to_f32 if info.dtype == "F16" else fastops.bf16_to_f32
+            self._read_chunked(info, fd, 2, flat, lambda raw, dst: convert(raw.view(np.uint16), dst))
+        elif info.dtype == "U8":
+            scale = self.read(name + Q_SCALE)
+            zero = self.read(name + Q_ZERO)
+            row = info.numel // info.shape[0]
+
+            def dequant(raw: np.ndarray, dst: np.ndarray, start: int) -> None:
+                r0 = start // row
+                rows = raw.size // row
+                fastops.dequant_u8_rows(raw.reshape(rows, row), scale[r0:r0 + rows], zero[r0:r0 + rows],
+                                        dst.reshape(rows, row))
+            self._read_chunked(info, fd, 1, flat, dequant, align=row, with_start=True)
+        else:
+            raise ModelFileError(f"{info.path}: tensor '{name}' has dtype {info.dtype}, not a weight dtype")
+        self._drop(info)
+        return out
+
+    def _read_chunked(self, info: TensorInfo, fd: int, itemsize: int, dst: np.ndarray, convert,
+                      align: int = 1, with_start: bool = False) -> None:
+        step = max(align, (CHUNK_BYTES // itemsize) // align * align)
+        scratch = np.empty(min(step, dst.size) * itemsize, dtype=np.uint8)
+        for start in range(0, dst.size, step):
+            n = min(step, dst.size - start)
+            raw = scratch[:n * itemsize]
+            pread_into(fd, memoryview(raw), info.offset + start * itemsize, info.path, info.name)
+            if with_start:
+                convert(raw, dst[start:start + n], start)
+            else:
+                convert(raw, dst[start:start + n])
+
+    def _drop(self, info: TensorInfo) -> None:
+        if self.drop_pages:
+            os.posix_fadvise(self._fd(info.path), info.offset, info.nbytes, os.POSIX_FADV_DONTNEED)
+
+
+Group = tuple[str, ...]
+
+
+class WeightsProvider:
+    """Hands an op the fp32 weights it names. `begin(plan)` announces the exact order of
+    requests for one model evaluation (a list of name groups)."""
+
+    def __init__(self, store: TensorStore):
+        self.store = store
+
+    def begin(self, plan: Sequence[Group]) -> None:
+        pass
+
+    def get(self, names: Group) -> list[np.ndarray]:
+        return [self.store.read(n) for n in names]
+
+    def end(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class NoCacheProvider(WeightsProvider):
+    """Read each weight when its op runs; nothing is kept."""
+
+
+class RamProvider(WeightsProvider):
+    """Keep every weight in RAM (as fp32) once it has been read."""
+
+    def __init__(self, store: TensorStore):
+        super().__init__(store)
+        self._cache: dict[str, np.ndarray] = {}
+
+    def get(self, names: Group) -> list[np.ndarray]:
+        out = []
+        for n in names:
+            w = self._cache.get(n)
+            if w is None:
+                w = self._cache[n] = self.store.read(n)
+            out.append(w)
+        return out
+
+
+class PrefetchProvider(WeightsProvider):
+    """A background thread reads the next groups of the plan while the current op computes.
+
+    It keeps at most `budget` fp32 bytes read ahead (always at least the next group).
+    A request that does not match the plan is served by a direct read, so a wrong plan
+    costs time, never correctness; `misses` counts them.
+    """
+
+    def __init__(self, store: TensorStore, budget: int):
+        super().__init__(store)
+        self.budget = budget
+        self.misses = 0
+        self._cond = threading.Condition()
+        self._plan: list[Group] = []
+        self._next_read = 0      # index of the next group the thread reads
+        self._next_use = 0       # index of the next group the model should ask for
+        self._ready: dict[int, list[np.ndarray] | BaseException] = {}
+        self._ready_bytes = 0
+        self._generation = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="weights-prefetch", daemon=True)
+        self._thread.start()
+
+    def _group_bytes(self, group: Group) -> int:
+        return sum(4 * int(np.prod(self.store.shape(n))) for n in group)
+
+    def begin(self, plan: Sequence[Group]) -> None:
+        with self._cond:
+            self._plan = list(plan)
+            self._next_read = self._next_use = 0
+            self._ready.clear()
+            self._ready_bytes = 0
+            self._generation += 1
+            self._cond.notify_all()
+
+    def end(self) -> None:
+        self.begin([])
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._can_read():
+                    self._cond.wait()
+                if self._closed:
+                    return
+                index, group, generation = self._next_read, self._plan[self._next_read], self._generation
+                self._next_read += 1
+            try:
+                result: list[np.ndarray] | BaseException = [self.store.read(n) for n in group]
+            except BaseException as e:  # handed to the consumer, raised there
+                result = e
+            with self._cond:
+                if generation == self._generation:
+                    self._ready[index] = result
+                    if not isinstance(result, BaseException):
+                        self._ready_bytes += sum(w.nbytes for w in result)
+                    self._cond.notify_all()
+
+    def _can_read(self) -> bool:
+        if self._next_read >= len(self._plan):
+            return False
+        if self._next_read < self._next_use or self._ready_bytes == 0:
+            return True  # the model is waiting for it, or nothing is read ahead yet
+        return self._ready_bytes + self._group_bytes(self._plan[self._next_read]) <= self.budget
+
+    def get(self, names: Group) -> list[np.ndarray]:
+        with self._cond:
+            index = self._next_use
+            if index >= len(self._plan) or self._plan[index] != tuple(names):
+                self.misses += 1
+                expected = None
+            else:
+                expected = index
+                self._next_use += 1
+                self._cond.notify_all()
+                while expected not in self._ready:
+                    self._cond.wait()
+                result = self._ready.pop(expected)
+                if not isinstance(result, BaseException):
+                    self._ready_bytes -= sum(w.nbytes for w in result)
+                self._cond.notify_all()
+        if expected is None:
+            return [self.store.read(n) for n in names]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+        super().close()
+
+
+def make_provider(store: TensorStore, kind: str, prefetch_bytes: int) -> WeightsProvider:
+    if kind == "nocache":
+        return NoCacheProvider(store)
+    if kind == "ram":
+        return RamProvider(store)
+    return PrefetchProvider(store, prefetch_bytes)
