@@ -149,7 +149,7 @@ def timestep_embedding(t: np.ndarray, dim: int, flip_sin_to_cos: bool = True, sh
     """Sinusoidal embedding of t (N,) -> (N, dim), as diffusers' get_timestep_embedding."""
     half = dim // 2
     exponent = (-math.log(max_period) * np.arange(half, dtype=np.float32)).astype(np.float32) / np.float32(half - shift)
-    freqs = np.exp(exponent).astype(np.float32)
+    freqs = np.exp(exponent.astype(np.float64)).astype(np.float32)  # correctly rounded, as torch's
     arg = t.astype(np.float32)[:, None] * freqs[None, :]
     sin, cos = np.sin(arg), np.cos(arg)
     emb = np.concatenate([cos, sin] if flip_sin_to_cos else [sin, cos], axis=-1)

@@ -61,31 +61,45 @@ class UNet(StreamedModel):
 
         h = self.conv("conv_in", Dense(x))
         skips = [self.keep(h)]
-        for i, lv in enumerate(cfg.down):
-            for j in range(lv.layers):
-                h = self.resnet(f"down_blocks.{i}.resnets.{j}", Dense(h), emb)
-                if lv.attention:
-                    h = self.transformer(f"down_blocks.{i}.attentions.{j}", h, ctx, lv.depth, lv.heads)
-                skips.append(self.keep(h))
-            if i < len(cfg.down) - 1:
-                h = self.conv(f"down_blocks.{i}.downsamplers.0.conv", Dense(h), stride=2)
-                skips.append(self.keep(h))
-
-        h = self.resnet("mid_block.resnets.0", Dense(h), emb)
-        h = self.transformer("mid_block.attentions.0", h, ctx, cfg.mid_depth, cfg.mid_heads)
-        h = self.resnet("mid_block.resnets.1", Dense(h), emb)
-
-        for i, lv in enumerate(cfg.up):
-            for j in range(lv.layers + 1):
-                h = self.resnet(f"up_blocks.{i}.resnets.{j}", Concat(Dense(h), skips.pop()), emb)
-                if lv.attention:
-                    h = self.transformer(f"up_blocks.{i}.attentions.{j}", h, ctx, lv.depth, lv.heads)
-            if i < len(cfg.up) - 1:
-                # Upsample to the next skip's size (exactly 2x unless a side was odd).
-                h = self.conv(f"up_blocks.{i}.upsamplers.0.conv", Upsampled(Dense(h), skips[-1].shape[2:]))
-
+        for i in range(len(cfg.down)):
+            h = self.down_block(i, h, emb, ctx, skips)
+        h = self.mid_block(h, emb, ctx)
+        for i in range(len(cfg.up)):
+            h = self.up_block(i, h, emb, ctx, skips)
         out = self.group_norm("conv_norm_out", Dense(h), cfg.groups, cfg.norm_eps, silu=True)
         return self.conv("conv_out", out)
+
+    def down_block(self, i: int, h: np.ndarray, emb: np.ndarray, ctx: np.ndarray, skips: list[Source]) -> np.ndarray:
+        """DownBlock2D / CrossAttnDownBlock2D; appends each output to `skips`."""
+        lv = self.config.down[i]
+        for j in range(lv.layers):
+            h = self.resnet(f"down_blocks.{i}.resnets.{j}", Dense(h), emb)
+            if lv.attention:
+                h = self.transformer(f"down_blocks.{i}.attentions.{j}", h, ctx, lv.depth, lv.heads)
+            skips.append(self.keep(h))
+        if i < len(self.config.down) - 1:
+            h = self.conv(f"down_blocks.{i}.downsamplers.0.conv", Dense(h), stride=2)
+            skips.append(self.keep(h))
+        return h
+
+    def mid_block(self, h: np.ndarray, emb: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+        """UNetMidBlock2DCrossAttn: resnet, transformer, resnet."""
+        cfg = self.config
+        h = self.resnet("mid_block.resnets.0", Dense(h), emb)
+        h = self.transformer("mid_block.attentions.0", h, ctx, cfg.mid_depth, cfg.mid_heads)
+        return self.resnet("mid_block.resnets.1", Dense(h), emb)
+
+    def up_block(self, i: int, h: np.ndarray, emb: np.ndarray, ctx: np.ndarray, skips: list[Source]) -> np.ndarray:
+        """UpBlock2D / CrossAttnUpBlock2D; pops its skips (hidden state first in each concat)."""
+        lv = self.config.up[i]
+        for j in range(lv.layers + 1):
+            h = self.resnet(f"up_blocks.{i}.resnets.{j}", Concat(Dense(h), skips.pop()), emb)
+            if lv.attention:
+                h = self.transformer(f"up_blocks.{i}.attentions.{j}", h, ctx, lv.depth, lv.heads)
+        if i < len(self.config.up) - 1:
+            # Upsample to the next skip's size (exactly 2x unless a side was odd).
+            h = self.conv(f"up_blocks.{i}.upsamplers.0.conv", Upsampled(Dense(h), skips[-1].shape[2:]))
+        return h
 
     def time_embedding(self, t: np.ndarray, text_embeds: np.ndarray, time_ids: np.ndarray) -> np.ndarray:
         cfg = self.config

@@ -1,0 +1,1 @@
+"""slowframe the appliance: config, themes, scheduler, daemon, display, buttons."""

@@ -1,0 +1,131 @@
+"""Each op against torch on random data (per-op PCC and max error)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from diffusers.models.embeddings import get_timestep_embedding
+
+from conftest import pcc
+from engine import ops
+from engine.sources import Compact, Concat, Dense, Normalized, Upsampled, nearest_index
+
+rng = np.random.default_rng(1)
+
+
+def randn(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+
+def close(got: np.ndarray, expected: torch.Tensor, tol: float = 1e-5) -> None:
+    e = expected.numpy()
+    assert got.shape == e.shape
+    assert pcc(got, e) >= 0.999999
+    assert np.abs(got - e).max() <= tol * max(1.0, np.abs(e).max())
+
+
+@pytest.mark.parametrize("k,stride", [(3, 1), (3, 2), (1, 1)])
+@pytest.mark.parametrize("band_bytes", [1, 50_000, 64 << 20])   # one row per band .. whole image
+@pytest.mark.parametrize("h,w", [(9, 14), (16, 16)])
+def test_conv2d_matches_torch_for_every_band_size(k, stride, band_bytes, h, w):
+    x = randn(2, 32, h, w)
+    wt = randn(24, 32, k, k, scale=0.1)
+    b = randn(24)
+    got = ops.conv2d(Dense(x), wt, b, stride, band_bytes)
+    close(got, F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), stride, k // 2))
+
+
+def test_conv2d_accumulates_into_out():
+    x = randn(1, 8, 6, 7)
+    wt = randn(5, 8, 3, 3)
+    base = randn(1, 5, 6, 7)
+    got = ops.conv2d(Dense(x), wt, None, 1, 2000, out=base.copy())
+    close(got, torch.from_numpy(base) + F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), None, 1, 1))
+
+
+def test_groupnorm_silu_source_matches_torch_even_with_a_large_mean():
+    x = randn(2, 64, 10, 12) + 50.0          # mean >> std: naive E[x^2]-E[x]^2 would lose it
+    gamma, beta = randn(64), randn(64)
+    src = Normalized(Dense(x), gamma, beta, groups=32, eps=1e-5, silu=True)
+    expected = F.silu(F.group_norm(torch.from_numpy(x), 32, torch.from_numpy(gamma), torch.from_numpy(beta), 1e-5))
+    close(src.dense(), expected, tol=1e-4)
+    close(src.rows(1, 3, 7), expected[1, :, 3:7], tol=1e-4)
+
+
+def test_groupnorm_over_a_concatenation_whose_groups_straddle_the_parts():
+    a, b = randn(1, 40, 8, 8), randn(1, 24, 8, 8, scale=3.0)    # 64 channels, 32 groups of 2; ...
+    gamma, beta = randn(64), randn(64)
+    src = Normalized(Concat(Dense(a), Dense(b)), gamma, beta, groups=16, eps=1e-6, silu=False)  # groups of 4
+    cat = torch.cat([torch.from_numpy(a), torch.from_numpy(b)], 1)
+    close(src.dense(), F.group_norm(cat, 16, torch.from_numpy(gamma), torch.from_numpy(beta), 1e-6), tol=1e-4)
+
+
+@pytest.mark.parametrize("size", [(16, 20), (15, 9), (7, 3)])
+def test_upsampled_source_matches_torch_nearest(size):
+    x = randn(2, 3, (size[0] + 1) // 2, (size[1] + 1) // 2)
+    got = Upsampled(Dense(x), size).dense()
+    expected = F.interpolate(torch.from_numpy(x), size=size, mode="nearest")
+    assert np.array_equal(got, expected.numpy())
+    assert np.array_equal(nearest_index(5, 10), np.repeat(np.arange(5), 2))
+
+
+def test_compact_fp16_source_is_the_fp16_rounding():
+    x = randn(2, 5, 7, 9)
+    got = Compact(x, "fp16").dense()
+    assert np.array_equal(got, x.astype(np.float16).astype(np.float32))
+    assert Compact(x, "fp16").nbytes == x.nbytes // 2
+
+
+def test_compact_uint8_source_clips_to_percentiles_and_keeps_zero_exact():
+    x = randn(1, 16, 32, 32)
+    x[0, 0, 0, :4] = [40.0, -40.0, 0.0, 0.0]  # outliers beyond the 0.1/99.9 percentiles
+    c = Compact(x, "uint8")
+    got = c.dense()
+    assert c.nbytes == x.size
+    assert got[0, 0, 0, 2] == 0.0
+    lo, hi = -c.zero * c.scale, (255 - c.zero) * c.scale
+    assert lo < -2.5 and hi > 2.5                       # about the 0.1 / 99.9 percentiles of N(0, 1)
+    inliers = (x >= lo) & (x <= hi)
+    assert np.abs(got - x)[inliers].max() <= c.scale / 2 * 1.001
+    assert pcc(got, np.clip(x, -4, 4)) > 0.999
+    assert got.max() < 40.0 and got.min() > -40.0
+
+
+def test_layer_norm():
+    x, g, b = randn(3, 7, 48, scale=2.0), randn(48), randn(48)
+    close(ops.layer_norm(x, g, b), F.layer_norm(torch.from_numpy(x), (48,), torch.from_numpy(g), torch.from_numpy(b)))
+
+
+def test_linear_and_silu():
+    x, w, b = randn(5, 33), randn(17, 33), randn(17)
+    close(ops.linear(x, w, b), F.linear(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b)))
+    close(ops.silu(x), F.silu(torch.from_numpy(x)))
+
+
+def test_geglu_and_gelu_match_torch_exact_erf():
+    p = randn(6, 64, scale=3.0)
+    v, g = torch.from_numpy(p).chunk(2, dim=-1)
+    close(ops.geglu(p), v * F.gelu(g), tol=2e-6)
+    close(ops.gelu(p), F.gelu(torch.from_numpy(p)), tol=2e-6)
+
+
+@pytest.mark.parametrize("slices", [1, 3, 16, 1000])
+@pytest.mark.parametrize("lk", [77, 154, 300])
+def test_sliced_attention_matches_torch_sdpa(slices, lk):
+    heads, d, L = 4, 16, 50
+    q, k, v = randn(L, heads * d), randn(lk, heads * d), randn(lk, heads * d)
+    split = lambda t: torch.from_numpy(t).reshape(-1, heads, d).transpose(0, 1)  # noqa: E731
+    expected = F.scaled_dot_product_attention(split(q), split(k), split(v)).transpose(0, 1).reshape(L, heads * d)
+    close(ops.attention(q.copy(), k, v, heads, slices), expected)
+
+
+@pytest.mark.parametrize("dim,flip,shift", [(320, True, 0.0), (8, True, 0.0), (256, False, 1.0), (7, True, 0.0)])
+def test_timestep_embedding_matches_diffusers(dim, flip, shift):
+    t = np.array([0.0, 1.5, 981.0, 1024.0], dtype=np.float32)
+    got = ops.timestep_embedding(t, dim, flip, shift)
+    expected = get_timestep_embedding(torch.from_numpy(t), dim, flip, shift)
+    # sin/cos of t*freq: one float32 ulp of an argument near 1000 is 6e-5.
+    close(got, expected, tol=1.3e-4)
+    close(got[:2], expected[:2], tol=2e-6)
