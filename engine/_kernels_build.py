@@ -1,0 +1,200 @@
+"""cffi builder for engine._ckernels: small elementwise C kernels behind engine.fastops.
+
+Built by setup.py (``cffi_modules``); ``python engine/_kernels_build.py`` builds it in
+place by hand. Every kernel has a numpy twin in engine/fastops.py that gives the
+same bits, so the C module is only a speed-up and may be missing.
+
+Rules for the C below:
+- IEEE semantics: no -ffast-math, and -ffp-contract=off so that ``a * b + c`` is two
+  roundings as in numpy (aarch64 gcc fuses it into an FMA by default otherwise).
+- No -march=native: the module must run on any CPU of the arch it was built for.
+- Loops are single-threaded, branch-free (selects via masks) and use restrict
+  pointers so gcc -O3 vectorises them with the baseline SIMD (SSE2 / NEON).
+"""
+
+import sys
+
+from cffi import FFI
+
+CDEF = """
+void sf_f16_to_f32(const uint16_t *src, float *out, size_t n);
+void sf_bf16_to_f32(const uint16_t *src, float *out, size_t n);
+void sf_f32_to_f16(const float *src, uint16_t *out, size_t n);
+void sf_dequant_u8_rows(const uint8_t *q, const float *scale, const float *zero,
+                        float *out, size_t rows, size_t cols);
+void sf_dequant_u8(const uint8_t *q, float scale, float zero, float *out, size_t n);
+void sf_quant_u8(const float *x, float scale, float zero, uint8_t *out, size_t n);
+void sf_gelu_erf(const float *x, float *out, size_t n);
+void sf_geglu(const float *p, float *out, size_t rows, size_t d);
+"""
+
+SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+#include <stddef.h>
+#include <math.h>
+
+static inline float sf_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t sf_f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+/* all-ones when c is true, else 0: selects as (a & m) | (b & ~m) keep loops branch-free */
+static inline uint32_t sf_mask(int c) { return -(uint32_t)(c != 0); }
+/* c ? a : b for floats, as a bit select: gcc will not if-convert float ternaries whose
+   arms could trap (it keeps -ftrapping-math), so a plain ?: stops vectorisation */
+static inline float sf_sel(int c, float a, float b)
+{
+    uint32_t m = sf_mask(c);
+    return sf_u2f((sf_f2u(a) & m) | (sf_f2u(b) & ~m));
+}
+
+/* IEEE half bits -> float32, exact for every pattern (NaN payloads kept, as numpy). */
+void sf_f16_to_f32(const uint16_t *restrict src, float *restrict out, size_t n)
+{
+    uint32_t *restrict o = (uint32_t *)out;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = src[i];
+        uint32_t m = (h & 0x7fffu) << 13;            /* exponent+mantissa, f32 position */
+        uint32_t e = m & 0x0f800000u;                /* the half's exponent field */
+        uint32_t nrm = m + 0x38000000u;              /* rebias 15 -> 127 */
+        uint32_t inf = m + 0x70000000u;              /* exponent 31 -> 255 (inf, NaN) */
+        /* zero/subnormal: mantissa * 2^-24 exactly, as (2^-14 + m*2^-24) - 2^-14 */
+        uint32_t sub = sf_f2u(sf_u2f(m + 0x38800000u) - 6.103515625e-05f);
+        uint32_t mi = sf_mask(e == 0x0f800000u);
+        uint32_t mz = sf_mask(e == 0);
+        uint32_t r = (inf & mi) | (nrm & ~mi);
+        r = (sub & mz) | (r & ~mz);
+        o[i] = r | ((h & 0x8000u) << 16);
+    }
+}
+
+void sf_bf16_to_f32(const uint16_t *restrict src, float *restrict out, size_t n)
+{
+    uint32_t *restrict o = (uint32_t *)out;
+    for (size_t i = 0; i < n; i++)
+        o[i] = (uint32_t)src[i] << 16;
+}
+
+/* float32 -> IEEE half bits, round to nearest even; overflow -> inf; NaN -> NaN with the
+   top 10 payload bits (forced nonzero), which is what numpy's software path gives. */
+void sf_f32_to_f16(const float *restrict src, uint16_t *restrict out, size_t n)
+{
+    const uint32_t *restrict s = (const uint32_t *)src;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = s[i];
+        uint32_t sign = (u >> 16) & 0x8000u;
+        uint32_t a = u & 0x7fffffffu;
+        /* normal result: rebias, round the 13 dropped bits to nearest even; a carry out
+           of the mantissa bumps the exponent (and 65520.. gives 0x7c00 = inf) */
+        uint32_t nrm = (a - 0x38000000u + 0x0fffu + ((a >> 13) & 1u)) >> 13;
+        /* subnormal or zero result (|x| < 2^-14): adding 0.5 puts the half's last
+           mantissa bit at the f32 ulp, so the FPU does the rounding */
+        uint32_t sub = sf_f2u(sf_u2f(a) + 0.5f) - 0x3f000000u;
+        uint32_t pay = (a >> 13) & 0x3ffu;
+        uint32_t nan = 0x7c00u | pay | (uint32_t)(pay == 0);
+        uint32_t ms = sf_mask(a < 0x38800000u);      /* below 2^-14 */
+        uint32_t mo = sf_mask(a >= 0x47800000u);     /* 65536 and up: inf */
+        uint32_t mn = sf_mask(a > 0x7f800000u);      /* NaN */
+        uint32_t r = (sub & ms) | (nrm & ~ms);
+        r = (0x7c00u & mo) | (r & ~mo);
+        r = (nan & mn) | (r & ~mn);
+        out[i] = (uint16_t)(r | sign);
+    }
+}
+
+/* out[r, k] = (float(q[r, k]) - zero[r]) * scale[r] */
+void sf_dequant_u8_rows(const uint8_t *restrict q, const float *restrict scale,
+                        const float *restrict zero, float *restrict out,
+                        size_t rows, size_t cols)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const float s = scale[r], z = zero[r];
+        const uint8_t *restrict qr = q + r * cols;
+        float *restrict orow = out + r * cols;
+        for (size_t k = 0; k < cols; k++)
+            orow[k] = ((float)qr[k] - z) * s;
+    }
+}
+
+void sf_dequant_u8(const uint8_t *restrict q, float scale, float zero,
+                   float *restrict out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = ((float)q[i] - zero) * scale;
+}
+
+/* out = clip(rint(x / scale) + zero, 0, 255), truncated to uint8; NaN -> rint part 0,
+   i.e. the zero point. rint is round-half-even via the 2^23 trick (the baseline
+   x86-64 ISA has no vector round instruction, and rintf would be a libm call). */
+void sf_quant_u8(const float *restrict x, float scale, float zero,
+                 uint8_t *restrict out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i] / scale;
+        float a = fabsf(v);
+        float t = copysignf((a + 8388608.0f) - 8388608.0f, v);
+        float r = sf_sel(a < 8388608.0f, t, v);      /* |v| >= 2^23 (or NaN): already integral */
+        r = sf_sel(r == r, r, 0.0f);
+        float u = r + zero;
+        u = sf_sel(u > 0.0f, u, 0.0f);
+        u = sf_sel(u < 255.0f, u, 255.0f);
+        out[i] = (uint8_t)(int32_t)u;
+    }
+}
+
+/* GELU, exact-erf form, with Abramowitz & Stegun 7.1.28 for erf (|error| <= 3e-7):
+   r = 1 / (1 + a1 a + ... + a6 a^6)^16 ~ erfc(a), a = |x| / sqrt(2);
+   gelu(x) = 0.5 x (x >= 0 ? 2 - r : r). Same op order as fastops.np_gelu_erf. x is
+   clamped at -20 (where r is already 0) so that gelu(-inf) = -0.0 instead of NaN. */
+static inline float sf_gelu1(float x)
+{
+    float a = fabsf(x) * 0.70710678118654752f;
+    float p = 0.0000430638f;
+    p = p * a + 0.0002765672f;
+    p = p * a + 0.0001520143f;
+    p = p * a + 0.0092705272f;
+    p = p * a + 0.0422820123f;
+    p = p * a + 0.0705230784f;
+    p = p * a + 1.0f;
+    p = p * p;
+    p = p * p;
+    p = p * p;
+    p = p * p;
+    float r = 1.0f / p;                              /* p = inf -> r = 0 */
+    float s = sf_sel(x >= 0.0f, 2.0f - r, r);
+    float xm = sf_sel(x < -20.0f, -20.0f, x);
+    return (0.5f * xm) * s;
+}
+
+/* no restrict: gelu_erf may run in place (out == x); gcc versions the loop on overlap */
+void sf_gelu_erf(const float *x, float *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = sf_gelu1(x[i]);
+}
+
+/* diffusers GEGLU: p is (rows, 2d), value = p[:, :d], gate = p[:, d:];
+   out (rows, d) = value * gelu(gate) */
+void sf_geglu(const float *restrict p, float *restrict out, size_t rows, size_t d)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const float *restrict v = p + r * 2 * d;
+        const float *restrict g = v + d;
+        float *restrict o = out + r * d;
+        for (size_t j = 0; j < d; j++)
+            o[j] = v[j] * sf_gelu1(g[j]);
+    }
+}
+"""
+
+if sys.platform == "win32":
+    EXTRA_COMPILE_ARGS = ["/O2", "/fp:precise"]
+else:
+    EXTRA_COMPILE_ARGS = ["-O3", "-ffp-contract=off"]
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source("engine._ckernels", SOURCE, extra_compile_args=EXTRA_COMPILE_ARGS)
+
+if __name__ == "__main__":
+    import os
+
+    ffibuilder.compile(tmpdir=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), verbose=True)

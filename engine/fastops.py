@@ -1,0 +1,354 @@
+"""Elementwise hot loops: C kernels (engine._ckernels, built by cffi) with numpy fallbacks.
+
+Each kernel ``<name>`` exists three times:
+
+- ``np_<name>``: numpy, always available;
+- ``c_<name>``: the C kernel, or None when engine._ckernels was not built;
+- ``<name>``: the one to use, ``c_<name>`` when ``BACKEND == "c"`` else ``np_<name>``.
+
+Both versions give the same bits (tests/test_fastops.py checks it), so the choice only
+changes speed. ``BACKEND`` is "c" when the module imports, unless the environment sets
+``SLOWFRAME_KERNELS=numpy``; ``SLOWFRAME_KERNELS=c`` makes a missing C module an
+ImportError instead of a silent fallback.
+
+All functions write into ``out`` (preallocated, C-contiguous, of the stated dtype) and
+return it. The C calls release the GIL, so another thread can run while they do.
+Inputs must be C-contiguous too; ``out`` may not overlap an input, except that
+``gelu_erf`` may run in place (``out is x``).
+"""
+
+import os
+
+import numpy as np
+
+__all__ = [
+    "BACKEND",
+    "f16_to_f32",
+    "bf16_to_f32",
+    "f32_to_f16",
+    "dequant_u8_rows",
+    "dequant_u8",
+    "quant_u8",
+    "gelu_erf",
+    "geglu",
+]
+
+_CHOICE = os.environ.get("SLOWFRAME_KERNELS", "").strip().lower()
+if _CHOICE not in ("", "auto", "c", "numpy"):
+    raise ImportError(f"SLOWFRAME_KERNELS={_CHOICE!r}: use 'c', 'numpy' or leave it unset")
+
+try:
+    from engine import _ckernels
+except ImportError as exc:  # not built (no compiler at install time) or built for another Python
+    _ckernels = None
+    if _CHOICE == "c":
+        raise ImportError(
+            f"SLOWFRAME_KERNELS=c but the C kernels are not built ({exc}); reinstall with a C compiler"
+        ) from exc
+
+BACKEND = "c" if _ckernels is not None and _CHOICE != "numpy" else "numpy"
+
+# elements per block in the numpy fallbacks: keeps their temporaries in L2 instead of
+# allocating several full-size arrays
+_BLOCK = 1 << 15
+
+_F32 = np.dtype(np.float32)
+_U16 = np.dtype(np.uint16)
+_F16 = np.dtype(np.float16)
+_U8 = np.dtype(np.uint8)
+
+_INV_SQRT2 = np.float32(0.70710678118654752)
+# Abramowitz & Stegun 7.1.28, highest degree first (Horner)
+_AS_COEFFS = tuple(
+    np.float32(c)
+    for c in (0.0000430638, 0.0002765672, 0.0001520143, 0.0092705272, 0.0422820123, 0.0705230784, 1.0)
+)
+
+
+# ---------------------------------------------------------------- argument checks
+
+
+def _arr(name, a, dtypes, writable=False):
+    if not isinstance(a, np.ndarray):
+        raise ValueError(f"{name}: expected a numpy array, got {type(a).__name__}")
+    if a.dtype not in dtypes:
+        want = " or ".join(str(d) for d in dtypes)
+        raise ValueError(f"{name}: expected dtype {want}, got {a.dtype}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{name}: must be C-contiguous")
+    if writable and not a.flags.writeable:
+        raise ValueError(f"{name}: must be writeable")
+    return a
+
+
+def _same_size(src, out):
+    if out.size != src.size:
+        raise ValueError(f"out: size {out.size} != input size {src.size}")
+
+
+def _no_overlap(out, *inputs):
+    for a in inputs:
+        if np.may_share_memory(out, a):
+            raise ValueError("out overlaps an input")
+
+
+def _check_unary(src, out, src_dtypes, out_dtype):
+    _arr("src", src, src_dtypes)
+    _arr("out", out, (out_dtype,), writable=True)
+    _same_size(src, out)
+    _no_overlap(out, src)
+
+
+def _same_data(a, b):
+    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.size == b.size
+
+
+def _flat(a):
+    return a.reshape(-1)  # a view: a is C-contiguous
+
+
+def _blocks(n):
+    block = _BLOCK
+    for i in range(0, n, block):
+        yield i, min(i + block, n)
+
+
+# ---------------------------------------------------------------- numpy fallbacks
+
+
+def np_f16_to_f32(src, out):
+    """IEEE half bits (uint16 or float16) -> float32."""
+    _check_unary(src, out, (_U16, _F16), _F32)
+    np.copyto(_flat(out), _flat(src).view(np.float16), casting="unsafe")
+    return out
+
+
+def np_bf16_to_f32(src, out):
+    """bfloat16 bits (uint16) -> float32."""
+    _check_unary(src, out, (_U16,), _F32)
+    o = _flat(out).view(np.uint32)
+    np.copyto(o, _flat(src), casting="unsafe")
+    o <<= 16
+    return out
+
+
+def np_f32_to_f16(src, out):
+    """float32 -> IEEE half bits (uint16 or float16 out), round to nearest even."""
+    _arr("src", src, (_F32,))
+    _arr("out", out, (_U16, _F16), writable=True)
+    _same_size(src, out)
+    _no_overlap(out, src)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is the defined result
+        np.copyto(_flat(out).view(np.float16), _flat(src), casting="unsafe")
+    return out
+
+
+def _check_rows(q, scale, zero, out):
+    _arr("q", q, (_U8,))
+    if q.ndim != 2:
+        raise ValueError(f"q: expected 2 dims (rows, cols), got shape {q.shape}")
+    _arr("scale", scale, (_F32,))
+    _arr("zero", zero, (_F32,))
+    if scale.size != q.shape[0] or zero.size != q.shape[0]:
+        raise ValueError(f"scale/zero: expected {q.shape[0]} values each, got {scale.size} and {zero.size}")
+    _arr("out", out, (_F32,), writable=True)
+    _same_size(q, out)
+    _no_overlap(out, q, scale, zero)
+
+
+def np_dequant_u8_rows(q, scale, zero, out):
+    """out[r, k] = (float32(q[r, k]) - zero[r]) * scale[r]; q (R, K) uint8, scale/zero (R,)."""
+    _check_rows(q, scale, zero, out)
+    o = out.reshape(q.shape)
+    np.subtract(q, zero.reshape(-1, 1), out=o)
+    np.multiply(o, scale.reshape(-1, 1), out=o)
+    return out
+
+
+def np_dequant_u8(q, scale, zero, out):
+    """out = (float32(q) - zero) * scale, with scale and zero rounded to float32."""
+    _check_unary(q, out, (_U8,), _F32)
+    o = _flat(out)
+    np.subtract(_flat(q), np.float32(zero), out=o)
+    np.multiply(o, np.float32(scale), out=o)
+    return out
+
+
+def np_quant_u8(x, scale, zero, out):
+    """out = uint8(clip(rint(x / scale) + zero, 0, 255)), float32 math (scale, zero rounded
+    to float32), rint half-to-even, the cast truncates; NaN gives the zero point."""
+    _check_unary(x, out, (_F32,), _U8)
+    s, z = np.float32(scale), np.float32(zero)
+    xf, of = _flat(x), _flat(out)
+    t = np.empty(min(x.size, _BLOCK), np.float32)
+    nan = np.empty(t.size, np.bool_)
+    with np.errstate(all="ignore"):  # x / scale may overflow to inf: clipped to 255 below
+        for i, j in _blocks(x.size):
+            b, m = t[: j - i], nan[: j - i]
+            np.divide(xf[i:j], s, out=b)
+            np.rint(b, out=b)
+            np.isnan(b, out=m)
+            np.copyto(b, 0, where=m)
+            b += z
+            np.clip(b, np.float32(0), np.float32(255), out=b)
+            np.copyto(of[i:j], b, casting="unsafe")
+    return out
+
+
+def _np_gelu_block(x, out, t, u, m):
+    """out = gelu(x) for same-shape float32 arrays; t, u (float32) and m (bool) are scratch
+    of that shape. out may be x. Same op order as sf_gelu1 in the C source."""
+    a = np.abs(x, out=t)
+    a *= _INV_SQRT2
+    p = np.multiply(a, _AS_COEFFS[0], out=u)  # Horner: p = ((a6 a + a5) a + ...) a + 1
+    p += _AS_COEFFS[1]
+    for c in _AS_COEFFS[2:]:
+        p *= a
+        p += c
+    p *= p  # p^16 by four squarings
+    p *= p
+    p *= p
+    p *= p
+    np.divide(np.float32(1), p, out=p)  # r ~ erfc(|x| / sqrt 2); p = inf gives 0
+    pos = np.greater_equal(x, np.float32(0), out=m)
+    np.subtract(np.float32(2), p, out=p, where=pos)  # 1 + erf(x / sqrt 2): 2 - r if x >= 0 else r
+    xm = np.maximum(x, np.float32(-20), out=t)  # keeps NaN; makes gelu(-inf) -0.0, not NaN
+    xm *= np.float32(0.5)
+    np.multiply(xm, p, out=out)
+    return out
+
+
+def _scratch(shape):
+    return np.empty(shape, np.float32), np.empty(shape, np.float32), np.empty(shape, np.bool_)
+
+
+def np_gelu_erf(x, out):
+    """GELU 0.5 x (1 + erf(x / sqrt 2)), erf by A&S 7.1.28 (error <= 5e-7 max(1, |x|)).
+    May run in place (out is x)."""
+    _arr("x", x, (_F32,))
+    _arr("out", out, (_F32,), writable=True)
+    _same_size(x, out)
+    if not _same_data(x, out):
+        _no_overlap(out, x)
+    xf, of = _flat(x), _flat(out)
+    t, u, m = _scratch(min(x.size, _BLOCK))
+    # p^16 overflows to inf for |x| > ~17.7 (r = 0, as meant); signalling NaNs raise "invalid"
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i, j in _blocks(x.size):
+            n = j - i
+            _np_gelu_block(xf[i:j], of[i:j], t[:n], u[:n], m[:n])
+    return out
+
+
+def _check_geglu(p, out):
+    _arr("p", p, (_F32,))
+    _arr("out", out, (_F32,), writable=True)
+    if p.ndim < 1 or p.shape[-1] % 2:
+        raise ValueError(f"p: last dim must be even (value, gate), got shape {p.shape}")
+    d = p.shape[-1] // 2
+    want = p.shape[:-1] + (d,)
+    if out.shape != want:
+        raise ValueError(f"out: expected shape {want}, got {out.shape}")
+    _no_overlap(out, p)
+    return d
+
+
+def np_geglu(p, out):
+    """diffusers GEGLU: p (..., 2D) -> out (..., D) = p[..., :D] * gelu(p[..., D:])."""
+    d = _check_geglu(p, out)
+    if d == 0 or out.size == 0:
+        return out
+    p2 = p.reshape(-1, 2 * d)
+    o2 = out.reshape(-1, d)
+    rows = max(1, _BLOCK // d)
+    t, u, m = _scratch((min(rows, p2.shape[0]), d))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(0, p2.shape[0], rows):
+            j = min(i + rows, p2.shape[0])
+            ob = o2[i:j]
+            _np_gelu_block(p2[i:j, d:], ob, t[: j - i], u[: j - i], m[: j - i])
+            np.multiply(p2[i:j, :d], ob, out=ob)  # value * gelu(gate)
+    return out
+
+
+# ---------------------------------------------------------------- C kernels
+
+if _ckernels is not None:
+    _ffi, _lib = _ckernels.ffi, _ckernels.lib
+
+    def _p(ctype, a):
+        return _ffi.from_buffer(ctype, a)
+
+    def c_f16_to_f32(src, out):
+        _check_unary(src, out, (_U16, _F16), _F32)
+        if src.size:
+            _lib.sf_f16_to_f32(_p("uint16_t[]", src), _p("float[]", out), src.size)
+        return out
+
+    def c_bf16_to_f32(src, out):
+        _check_unary(src, out, (_U16,), _F32)
+        if src.size:
+            _lib.sf_bf16_to_f32(_p("uint16_t[]", src), _p("float[]", out), src.size)
+        return out
+
+    def c_f32_to_f16(src, out):
+        _arr("src", src, (_F32,))
+        _arr("out", out, (_U16, _F16), writable=True)
+        _same_size(src, out)
+        _no_overlap(out, src)
+        if src.size:
+            _lib.sf_f32_to_f16(_p("float[]", src), _p("uint16_t[]", out), src.size)
+        return out
+
+    def c_dequant_u8_rows(q, scale, zero, out):
+        _check_rows(q, scale, zero, out)
+        if q.size:
+            _lib.sf_dequant_u8_rows(
+                _p("uint8_t[]", q), _p("float[]", scale), _p("float[]", zero), _p("float[]", out),
+                q.shape[0], q.shape[1],
+            )
+        return out
+
+    def c_dequant_u8(q, scale, zero, out):
+        _check_unary(q, out, (_U8,), _F32)
+        if q.size:
+            _lib.sf_dequant_u8(_p("uint8_t[]", q), float(scale), float(zero), _p("float[]", out), q.size)
+        return out
+
+    def c_quant_u8(x, scale, zero, out):
+        _check_unary(x, out, (_F32,), _U8)
+        if x.size:
+            _lib.sf_quant_u8(_p("float[]", x), float(scale), float(zero), _p("uint8_t[]", out), x.size)
+        return out
+
+    def c_gelu_erf(x, out):
+        _arr("x", x, (_F32,))
+        _arr("out", out, (_F32,), writable=True)
+        _same_size(x, out)
+        if not _same_data(x, out):
+            _no_overlap(out, x)
+        if x.size:
+            _lib.sf_gelu_erf(_p("float[]", x), _p("float[]", out), x.size)
+        return out
+
+    def c_geglu(p, out):
+        d = _check_geglu(p, out)
+        if out.size:
+            _lib.sf_geglu(_p("float[]", p), _p("float[]", out), out.size // d, d)
+        return out
+
+else:
+    c_f16_to_f32 = c_bf16_to_f32 = c_f32_to_f16 = None
+    c_dequant_u8_rows = c_dequant_u8 = c_quant_u8 = None
+    c_gelu_erf = c_geglu = None
+
+_C = BACKEND == "c"
+f16_to_f32 = c_f16_to_f32 if _C else np_f16_to_f32
+bf16_to_f32 = c_bf16_to_f32 if _C else np_bf16_to_f32
+f32_to_f16 = c_f32_to_f16 if _C else np_f32_to_f16
+dequant_u8_rows = c_dequant_u8_rows if _C else np_dequant_u8_rows
+dequant_u8 = c_dequant_u8 if _C else np_dequant_u8
+quant_u8 = c_quant_u8 if _C else np_quant_u8
+gelu_erf = c_gelu_erf if _C else np_gelu_erf
+geglu = c_geglu if _C else np_geglu
+del _C
