@@ -20,14 +20,14 @@ from engine import ops
 from engine.options import Options
 from engine.sources import Normalized, Source
 from engine.trace import OpTrace
-from engine.weights import Group, TensorStore, make_provider
+from engine.weights import Group, TensorStore, WeightRows, make_provider
 
 
 class StreamedModel:
     def __init__(self, store: TensorStore, options: Options):
         self.store = store
         self.options = options
-        self.provider = make_provider(store, options.weights, options.prefetch_bytes)
+        self.provider = make_provider(store, options.weights, options.prefetch_bytes, options.weight_chunk_bytes)
         self.trace = OpTrace(options.ops_printf)
         self._recording: list[Group] | None = None
 
@@ -127,8 +127,9 @@ class StreamedModel:
         return y
 
     def feed_forward(self, name: str, x: np.ndarray) -> np.ndarray:
-        """GEGLU feed-forward (net.0.proj -> value * gelu(gate) -> net.2), in bands of rows
-        so the 8x-wide hidden layer never exists for all tokens at once."""
+        """GEGLU feed-forward (net.0.proj -> value * gelu(gate) -> net.2). With whole weights
+        it works in bands of tokens so the 8x-wide projection never exists for all tokens;
+        with banded weights (WeightRows) it works in bands of the projection's rows."""
         names = self._param_names(name + ".net.0.proj") + self._param_names(name + ".net.2")
         started = self.trace.begin()
         params = self.fetch(names)
@@ -137,14 +138,34 @@ class StreamedModel:
         w1, b1, w2, b2 = params
         lead, c = x.shape[:-1], x.shape[-1]
         rows = x.reshape(-1, c)
-        out = np.empty_like(rows)
-        band = max(1, self.options.band_bytes // (4 * w1.shape[0]))
-        for r0 in range(0, rows.shape[0], band):
-            hidden = ops.geglu(ops.linear(rows[r0:r0 + band], w1, b1))
-            np.matmul(hidden, w2.T, out=out[r0:r0 + band])
-        out += b2
+        if isinstance(w1, np.ndarray):
+            # Bands of tokens: the (tokens, 8C) projection exists one band at a time.
+            out = np.empty_like(rows)
+            band = max(1, self.options.band_bytes // (4 * w1.shape[0]))
+            for r0 in range(0, rows.shape[0], band):
+                hidden = ops.geglu(ops.linear(rows[r0:r0 + band], w1, b1))
+                np.matmul(hidden, w2.T, out=out[r0:r0 + band])
+            out += b2
+        else:
+            out = ops.linear(self._geglu_in_bands(rows, w1, b1), w2, b2)
         self.trace.end("ff", name, self._weight_bytes(names), started)
         return out.reshape(*lead, c)
+
+    @staticmethod
+    def _geglu_in_bands(x: np.ndarray, w1: WeightRows, b1: np.ndarray) -> np.ndarray:
+        """value * gelu(gate) for all tokens, reading the projection's value and gate rows
+        in matching bands so its fp32 weight is never whole."""
+        inner = w1.shape[0] // 2
+        step = max(1, w1.rows_per_chunk // 2)
+        hidden = np.empty((x.shape[0], inner), dtype=np.float32)
+        for j0 in range(0, inner, step):
+            j1 = min(inner, j0 + step)
+            p = np.empty((x.shape[0], 2 * (j1 - j0)), dtype=np.float32)
+            np.matmul(x, w1.rows(j0, j1).T, out=p[:, :j1 - j0])
+            np.matmul(x, w1.rows(inner + j0, inner + j1).T, out=p[:, j1 - j0:])
+            p += np.concatenate([b1[j0:j1], b1[inner + j0:inner + j1]])
+            hidden[:, j0:j1] = ops.geglu(p)
+        return hidden
 
     def attention(self, name: str, q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int) -> np.ndarray:
         """Multi-head attention over (B, L, C) q and (B, Lk, C) k, v; no weights of its own."""

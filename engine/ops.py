@@ -12,23 +12,30 @@ import numpy as np
 
 from engine import fastops
 from engine.sources import Source
+from engine.weights import Weight, row_chunks
 
 
-def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-    """x (..., in) @ w.T + b -> (..., out)."""
-    y = x @ w.T
+def linear(x: np.ndarray, w: Weight, b: np.ndarray | None = None) -> np.ndarray:
+    """x (N, in) @ w.T + b -> (N, out); a WeightRows weight is applied band by band."""
+    if isinstance(w, np.ndarray):
+        y = x @ w.T
+    else:
+        y = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+        for r0, r1, rows in row_chunks(w):
+            np.matmul(x, rows.T, out=y[:, r0:r1])
     if b is not None:
         y += b
     return y
 
 
-def conv2d(src: Source, w: np.ndarray, b: np.ndarray | None, stride: int = 1,
+def conv2d(src: Source, w: Weight, b: np.ndarray | None, stride: int = 1,
            band_bytes: int = 64 << 20, out: np.ndarray | None = None) -> np.ndarray:
     """2-D convolution, padding k//2, for 1x1 and 3x3 kernels at stride 1 or 2.
 
     Works in bands of output rows: for each band the (C*k*k, rows*W) patch matrix is
     built from just the input rows it needs (so a full im2col never exists, and the
     source may be normalised/upsampled/concatenated on the fly), then one GEMM.
+    A WeightRows weight is applied a band of output channels at a time.
     With `out` given, the result is added to it.
     """
     B, C, H, W = src.shape
@@ -41,46 +48,56 @@ def conv2d(src: Source, w: np.ndarray, b: np.ndarray | None, stride: int = 1,
     accumulate = out is not None
     if out is None:
         out = np.empty((B, co, Ho, Wo), dtype=np.float32)
-    wm = w.reshape(co, ci * k * k)
     band = max(1, min(Ho, band_bytes // (4 * ci * k * k * Wo)))
-    if k == 1 and stride == 1:
-        scratch = None
-    else:
-        padded = np.zeros((C, (band - 1) * stride + k, W + 2 * pad), dtype=np.float32)
-        patches = np.empty((C, k, k, band, Wo), dtype=np.float32)
-    tmp = np.empty((co, band * Wo), dtype=np.float32) if accumulate else None
-    for bi in range(B):
-        for y0 in range(0, Ho, band):
-            y1 = min(Ho, y0 + band)
-            n = y1 - y0
-            if k == 1 and stride == 1:
-                scratch = np.ascontiguousarray(src.rows(bi, y0, y1)).reshape(C, n * W)
-            else:
-                lo = y0 * stride - pad                        # first input row needed
-                hi = (y1 - 1) * stride - pad + k              # one past the last
-                rows = (n - 1) * stride + k
-                a, z = max(lo, 0), min(hi, H)
-                padded[:, :a - lo] = 0.0
-                padded[:, a - lo:z - lo, pad:pad + W] = src.rows(bi, a, z)
-                padded[:, z - lo:rows] = 0.0
-                for ky in range(k):
-                    for kx in range(k):
-                        patches[:, ky, kx, :n] = padded[:, ky:ky + (n - 1) * stride + 1:stride,
-                                                        kx:kx + (Wo - 1) * stride + 1:stride]
-                scratch = patches[:, :, :, :n].reshape(C * k * k, n * Wo) if n == band else \
-                    np.ascontiguousarray(patches[:, :, :, :n]).reshape(C * k * k, n * Wo)
-            dst = out[bi, :, y0:y1].reshape(co, n * Wo)
-            if accumulate:
-                t = tmp[:, :n * Wo]
-                np.matmul(wm, scratch, out=t)
-                if b is not None:
-                    t += b[:, None]
-                dst += t
-            else:
-                np.matmul(wm, scratch, out=dst)
-                if b is not None:
-                    dst += b[:, None]
+    patches = Patches(src, k, stride, band, Wo)
+    for c0, c1, wc in row_chunks(w):
+        wm = wc.reshape(c1 - c0, ci * k * k)
+        bias = None if b is None else b[c0:c1, None]
+        for bi in range(B):
+            for y0 in range(0, Ho, band):
+                y1 = min(Ho, y0 + band)
+                dst = out[bi, c0:c1, y0:y1].reshape(c1 - c0, (y1 - y0) * Wo)
+                if accumulate:
+                    t = wm @ patches.build(bi, y0, y1)
+                    if bias is not None:
+                        t += bias
+                    dst += t
+                else:
+                    np.matmul(wm, patches.build(bi, y0, y1), out=dst)
+                    if bias is not None:
+                        dst += bias
     return out
+
+
+class Patches:
+    """The im2col matrix of a band of output rows, (C*k*k, rows*Wo), in reused buffers."""
+
+    def __init__(self, src: Source, k: int, stride: int, band: int, wo: int):
+        self.src, self.k, self.stride, self.wo = src, k, stride, wo
+        C, W = src.shape[1], src.shape[3]
+        if k > 1 or stride > 1:
+            self.padded = np.zeros((C, (band - 1) * stride + k, W + 2 * (k // 2)), dtype=np.float32)
+            self.buf = np.empty((C, k, k, band, wo), dtype=np.float32)
+
+    def build(self, bi: int, y0: int, y1: int) -> np.ndarray:
+        src, k, s, wo = self.src, self.k, self.stride, self.wo
+        C, H, W = src.shape[1], src.shape[2], src.shape[3]
+        n = y1 - y0
+        if k == 1 and s == 1:
+            return np.ascontiguousarray(src.rows(bi, y0, y1)).reshape(C, n * W)
+        pad = k // 2
+        lo = y0 * s - pad                        # first input row needed (may be padding)
+        rows = (n - 1) * s + k
+        a, z = max(lo, 0), min(lo + rows, H)
+        p = self.padded
+        p[:, :a - lo] = 0.0
+        p[:, a - lo:z - lo, pad:pad + W] = src.rows(bi, a, z)
+        p[:, z - lo:rows] = 0.0
+        buf = self.buf[:, :, :, :n] if n == self.buf.shape[3] else np.empty((C, k, k, n, wo), dtype=np.float32)
+        for ky in range(k):
+            for kx in range(k):
+                buf[:, ky, kx] = p[:, ky:ky + (n - 1) * s + 1:s, kx:kx + (wo - 1) * s + 1:s]
+        return buf.reshape(C * k * k, n * wo)
 
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-5) -> np.ndarray:

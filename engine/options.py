@@ -37,6 +37,9 @@ class Options:
     band_bytes: int = 64 << 20
     """Largest temporary a banded op builds at once: a convolution's patch matrix, the
     feed-forward's hidden rows."""
+    weight_chunk_bytes: int = 0
+    """With weights="nocache": a weight larger than this in fp32 is read in bands of output
+    channels while its op runs, so no whole fp32 copy of it exists (0: read whole)."""
     ops_printf: bool = False
     """Print every op as it runs: weight bytes, seconds and process RSS."""
 
@@ -59,6 +62,8 @@ class Options:
             raise InputError(f"skip_dtype='{self.skip_dtype}' is not one of {', '.join(ACTIVATION_DTYPES)}")
         if self.kv_dtype not in ("fp32", "fp16"):
             raise InputError(f"kv_dtype='{self.kv_dtype}' must be fp32 or fp16")
+        if self.weight_chunk_bytes < 0:
+            raise InputError(f"engine option 'weight_chunk_bytes' must be 0 or more, got {self.weight_chunk_bytes}")
         for key in ("prefetch_bytes", "attention_slices", "band_bytes"):
             if getattr(self, key) < 1:
                 raise InputError(f"engine option '{key}' must be at least 1, got {getattr(self, key)}")
@@ -71,7 +76,7 @@ PRESETS: dict[str, Options] = {
     "rpi": Options(weights="prefetch", prefetch_bytes=48 << 20, drop_pages=True, attention_slices=16,
                    skip_dtype="fp16", kv_dtype="fp16", band_bytes=8 << 20),
     # A Pi Zero 2 W generating 1024x1024: the least memory; plain reads, uint8 skips.
-    "rpi-lowmem": Options(weights="nocache", drop_pages=True, attention_slices=16,
+    "rpi-lowmem": Options(weights="nocache", drop_pages=True, weight_chunk_bytes=16 << 20, attention_slices=16,
                           skip_dtype="uint8", kv_dtype="fp16", band_bytes=4 << 20),
 }
 

@@ -157,49 +157,79 @@ class TensorStore:
     def read(self, name: str) -> np.ndarray:
         """The tensor as a new fp32 array."""
         info = self._info(name)
-        fd = self._fd(info.path)
-        out = np.empty(info.shape, dtype=np.float32)
+        return self.read_rows(name, 0, info.shape[0]).reshape(info.shape) if info.shape else \
+            self.read_rows(name, 0, 1).reshape(())
+
+    def read_rows(self, name: str, r0: int, r1: int) -> np.ndarray:
+        """Rows r0:r1 (along the first axis, e.g. output channels) as a new fp32 array."""
+        info = self._info(name)
+        shape = info.shape or (1,)
+        row = info.numel // shape[0] if shape[0] else 0
+        out = np.empty((r1 - r0,) + shape[1:], dtype=np.float32)
         flat = out.reshape(-1)
+        fd = self._fd(info.path)
+        item = {"F32": 4, "F16": 2, "BF16": 2, "U8": 1}.get(info.dtype)
+        if item is None:
+            raise ModelFileError(f"{info.path}: tensor '{name}' has dtype {info.dtype}, not a weight dtype")
+        offset = info.offset + r0 * row * item
         if info.dtype == "F32":
-            pread_into(fd, memoryview(flat.view(np.uint8)), info.offset, info.path, name)
+            pread_into(fd, memoryview(flat.view(np.uint8)), offset, info.path, name)
         elif info.dtype in ("F16", "BF16"):
             convert = fastops.f16_to_f32 if info.dtype == "F16" else fastops.bf16_to_f32
-            self._read_chunked(info, fd, 2, flat, lambda raw, dst: convert(raw.view(np.uint16), dst))
-        elif info.dtype == "U8":
-            scale = self.read(name + Q_SCALE)
-            zero = self.read(name + Q_ZERO)
-            row = info.numel // info.shape[0]
+            self._read_chunked(info, fd, offset, 2, flat, lambda raw, dst, _: convert(raw.view(np.uint16), dst))
+        else:
+            scale = self.read_rows(name + Q_SCALE, r0, r1)
+            zero = self.read_rows(name + Q_ZERO, r0, r1)
 
             def dequant(raw: np.ndarray, dst: np.ndarray, start: int) -> None:
-                r0 = start // row
-                rows = raw.size // row
-                fastops.dequant_u8_rows(raw.reshape(rows, row), scale[r0:r0 + rows], zero[r0:r0 + rows],
-                                        dst.reshape(rows, row))
-            self._read_chunked(info, fd, 1, flat, dequant, align=row, with_start=True)
-        else:
-            raise ModelFileError(f"{info.path}: tensor '{name}' has dtype {info.dtype}, not a weight dtype")
-        self._drop(info)
+                a, n = start // row, raw.size // row
+                fastops.dequant_u8_rows(raw.reshape(n, row), scale[a:a + n], zero[a:a + n], dst.reshape(n, row))
+            self._read_chunked(info, fd, offset, 1, flat, dequant, align=row)
+        if self.drop_pages:
+            os.posix_fadvise(fd, offset, flat.size * item, os.POSIX_FADV_DONTNEED)
         return out
 
-    def _read_chunked(self, info: TensorInfo, fd: int, itemsize: int, dst: np.ndarray, convert,
-                      align: int = 1, with_start: bool = False) -> None:
+    def _read_chunked(self, info: TensorInfo, fd: int, offset: int, itemsize: int, dst: np.ndarray, convert,
+                      align: int = 1) -> None:
+        """Read dst.size stored items from `offset` through a small scratch buffer, converting each piece."""
         step = max(align, (CHUNK_BYTES // itemsize) // align * align)
         scratch = np.empty(min(step, dst.size) * itemsize, dtype=np.uint8)
         for start in range(0, dst.size, step):
             n = min(step, dst.size - start)
             raw = scratch[:n * itemsize]
-            pread_into(fd, memoryview(raw), info.offset + start * itemsize, info.path, info.name)
-            if with_start:
-                convert(raw, dst[start:start + n], start)
-            else:
-                convert(raw, dst[start:start + n])
-
-    def _drop(self, info: TensorInfo) -> None:
-        if self.drop_pages:
-            os.posix_fadvise(self._fd(info.path), info.offset, info.nbytes, os.POSIX_FADV_DONTNEED)
+            pread_into(fd, memoryview(raw), offset + start * itemsize, info.path, info.name)
+            convert(raw, dst[start:start + n], start)
 
 
 Group = tuple[str, ...]
+
+
+class WeightRows:
+    """A weight too large to hold whole in fp32: ops read it a band of rows (output
+    channels) at a time, so its full fp32 copy never exists."""
+
+    def __init__(self, store: TensorStore, name: str, max_bytes: int):
+        self.store = store
+        self.name = name
+        self.shape = store.shape(name)
+        row_bytes = 4 * int(np.prod(self.shape[1:]))
+        self.rows_per_chunk = max(1, max_bytes // row_bytes)
+
+    def rows(self, r0: int, r1: int) -> np.ndarray:
+        return self.store.read_rows(self.name, r0, r1)
+
+
+Weight = np.ndarray | WeightRows
+
+
+def row_chunks(w: Weight):
+    """(r0, r1, rows as fp32) covering a weight: one piece for an array, bands for WeightRows."""
+    if isinstance(w, np.ndarray):
+        yield 0, w.shape[0], w
+        return
+    for r0 in range(0, w.shape[0], w.rows_per_chunk):
+        r1 = min(w.shape[0], r0 + w.rows_per_chunk)
+        yield r0, r1, w.rows(r0, r1)
 
 
 class WeightsProvider:
@@ -223,7 +253,17 @@ class WeightsProvider:
 
 
 class NoCacheProvider(WeightsProvider):
-    """Read each weight when its op runs; nothing is kept."""
+    """Read each weight when its op runs; nothing is kept. Weights over `chunk_bytes`
+    in fp32 are handed out as WeightRows and read in bands by the op."""
+
+    def __init__(self, store: TensorStore, chunk_bytes: int = 0):
+        super().__init__(store)
+        self.chunk_bytes = chunk_bytes
+
+    def get(self, names: Group) -> list[Weight]:
+        return [WeightRows(self.store, n, self.chunk_bytes)
+                if self.chunk_bytes and 4 * int(np.prod(self.store.shape(n))) > self.chunk_bytes
+                else self.store.read(n) for n in names]
 
 
 class RamProvider(WeightsProvider):
@@ -338,9 +378,9 @@ class PrefetchProvider(WeightsProvider):
         super().close()
 
 
-def make_provider(store: TensorStore, kind: str, prefetch_bytes: int) -> WeightsProvider:
+def make_provider(store: TensorStore, kind: str, prefetch_bytes: int, chunk_bytes: int = 0) -> WeightsProvider:
     if kind == "nocache":
-        return NoCacheProvider(store)
+        return NoCacheProvider(store, chunk_bytes)
     if kind == "ram":
         return RamProvider(store)
     return PrefetchProvider(store, prefetch_bytes)

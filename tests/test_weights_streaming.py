@@ -13,7 +13,7 @@ import pytest
 from conftest import pcc
 from engine.quantize import quantize_folder
 from engine.sdxl import UNet
-from engine.weights import PrefetchProvider, TensorStore
+from engine.weights import PrefetchProvider, TensorStore, WeightRows
 
 
 class RecordingStore(TensorStore):
@@ -146,3 +146,27 @@ def test_ops_printf_prints_each_op_with_bytes_time_and_rss(tiny_unet):
     assert len(op_lines) >= n_ops
     assert any("conv_in" in ln and "MB" in ln and "rss" in ln for ln in op_lines)
     assert any(ln.startswith("peak rss") for ln in lines)
+
+
+def test_banded_weights_give_the_same_result_as_whole_weights(tiny_unet, tmp_path):
+    inputs = tiny_unet.inputs(batch=2, tokens=154)
+    with UNet.load(tiny_unet.folder, weights="nocache") as whole:
+        expected = whole(*inputs)
+    with UNet.load(tiny_unet.folder, weights="nocache", weight_chunk_bytes=8192) as banded:
+        ff = "down_blocks.2.attentions.0.transformer_blocks.0.ff.net.0.proj.weight"
+        conv = "up_blocks.0.resnets.0.conv1.weight"
+        assert all(isinstance(w, WeightRows) for w in banded.provider.get((ff, conv)))
+        got = banded(*inputs)
+    assert pcc(got, expected) >= 0.999999
+    assert np.allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_read_rows_equals_slicing_the_whole_tensor(tiny_unet, tmp_path):
+    quantize_folder(tiny_unet.folder, tmp_path / "u8", log=lambda *_: None)
+    name = "up_blocks.0.resnets.0.conv1.weight"
+    for folder in (tiny_unet.folder, tmp_path / "u8"):
+        store = TensorStore.open(folder)
+        whole = store.read(name)
+        assert np.array_equal(store.read_rows(name, 5, 37), whole[5:37])
+        assert np.array_equal(store.read_rows(name, 0, whole.shape[0]), whole)
+        store.close()

@@ -1,0 +1,1059 @@
+#!/usr/bin/env python3
+"""Benchmark of the engine core: one full-size SDXL UNet evaluation.
+
+Compares slowframe's streaming numpy UNet (engine.sdxl.UNet) with diffusers'
+UNet2DConditionModel in float32 on the CPU: seconds per evaluation, peak RSS,
+and the agreement of the outputs (Pearson correlation, max abs diff). It also
+runs the rpi-lowmem case inside a 256 MiB cgroup v1 memory limit, page cache
+included, which is what the Pi Zero 2 W leaves us.
+
+It needs no downloaded model: on first use it builds random SDXL-base-shaped
+weights (torch.manual_seed(0), diffusers' default init, stored in float16,
+5.1 GB) in diffusers layout under
+
+    ${SLOWFRAME_BENCH_CACHE:-~/.cache/slowframe-bench}/sdxl-random/unet/
+
+Building takes ~11 GB of RAM for a few minutes; the diffusers fp32 reference
+needs ~11-16 GB. Run from the repository root:
+
+    python bench/unet_full.py                       # everything
+    python bench/unet_full.py --sizes 64 --presets rpi-lowmem --no-cgroup
+    python bench/unet_full.py --skip-diffusers --override some_option=4
+    python bench/unet_full.py --build-only           # weights + inputs only
+    python bench/unet_full.py --cgroup-selftest      # 100 MB / 300 MB dummies
+
+Every measured case runs in a fresh subprocess (so peak RSS is per case); the
+child entry point is the hidden subcommand `_child` of this file, which gets a
+JSON spec on the command line and writes a JSON result file. Only the children
+import torch, diffusers or engine. Not run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import fcntl
+import gc
+import hashlib
+import json
+import mmap
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = Path(__file__).resolve()
+
+CACHE = Path(os.environ.get("SLOWFRAME_BENCH_CACHE", "~/.cache/slowframe-bench")).expanduser()
+# SLOWFRAME_BENCH_TINY=1: a tiny UNet with SDXL's input/conditioning shapes, to smoke-test this
+# script in a minute (its own weights, references and runs; figures mean nothing).
+TINY = os.environ.get("SLOWFRAME_BENCH_TINY", "") not in ("", "0")
+MODEL_NAME = "sdxl-tiny-random" if TINY else "sdxl-random"
+MODEL_DIR = CACHE / MODEL_NAME
+UNET_DIR = MODEL_DIR / "unet"
+WEIGHTS_NAME = "diffusion_pytorch_model.fp16.safetensors"
+BUILD_INFO_NAME = "slowframe-bench-build.json"
+
+EXPECTED_PARAMS = 2_567_463_684
+PRESETS = ("default", "rpi", "rpi-lowmem")
+BATCH = 1
+TIMESTEP = 500.0
+INPUT_SEED = 20240601
+
+CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
+CGROUP_DIR = CGROUP_ROOT / "slowframe-bench"
+CGROUP_LIMIT = 256 * 1024 * 1024  # 268435456
+
+# Targets (MB = 10**6 bytes, the stricter reading of "250 MB").
+TARGET_LOWMEM_RSS_MB = 250.0
+TARGET_DEFAULT_VS_DIFFUSERS = 1.0
+TARGET_LOWMEM_VS_DEFAULT = 1.3
+
+# The SDXL base 1.0 UNet config (stabilityai/stable-diffusion-xl-base-1.0, unet/config.json);
+# everything not listed is UNet2DConditionModel's default, which matches that file.
+SDXL_UNET_CONFIG = {
+    "sample_size": 128,
+    "in_channels": 4,
+    "out_channels": 4,
+    "center_input_sample": False,
+    "flip_sin_to_cos": True,
+    "freq_shift": 0,
+    "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
+    "mid_block_type": "UNetMidBlock2DCrossAttn",
+    "up_block_types": ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"],
+    "only_cross_attention": False,
+    "block_out_channels": [320, 640, 1280],
+    "layers_per_block": 2,
+    "downsample_padding": 1,
+    "mid_block_scale_factor": 1,
+    "act_fn": "silu",
+    "norm_num_groups": 32,
+    "norm_eps": 1e-5,
+    "cross_attention_dim": 2048,
+    "transformer_layers_per_block": [1, 2, 10],
+    "attention_head_dim": [5, 10, 20],
+    "num_attention_heads": None,
+    "use_linear_projection": True,
+    "upcast_attention": False,
+    "resnet_time_scale_shift": "default",
+    "addition_embed_type": "text_time",
+    "addition_time_embed_dim": 256,
+    "projection_class_embeddings_input_dim": 2816,
+    "time_embedding_type": "positional",
+}
+
+if TINY:
+    SDXL_UNET_CONFIG = dict(SDXL_UNET_CONFIG, block_out_channels=[32, 64, 64], transformer_layers_per_block=[1, 1, 1],
+                            attention_head_dim=[2, 4, 4], norm_num_groups=8)
+    EXPECTED_PARAMS = None
+
+MB = 1e6
+PAGE = mmap.PAGESIZE
+
+
+# ----------------------------------------------------------------------------- small helpers
+
+
+def log(msg: str = "") -> None:
+    print(msg, flush=True)
+
+
+def write_json(path: Path, obj) -> None:
+    """Write JSON atomically (temp name + rename), so a reader never sees half a file."""
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def proc_status_kb(field: str) -> int | None:
+    """A 'kB' field of /proc/self/status (VmHWM, VmRSS...), or None where there is no /proc."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def proc_io() -> dict:
+    """/proc/self/io: read_bytes counts what this process actually read from the block device."""
+    out = {}
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                k, v = line.split(":")
+                out[k.strip()] = int(v)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def memory_figures() -> dict:
+    import resource
+
+    hwm = proc_status_kb("VmHWM")
+    rss = proc_status_kb("VmRSS")
+    return {
+        "vmhwm_bytes": None if hwm is None else hwm * 1024,
+        "vmrss_bytes": None if rss is None else rss * 1024,
+        # ru_maxrss is in kB on Linux
+        "ru_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's VmHWM to its current RSS (Linux: write 5 to /proc/self/clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def parse_value(text: str):
+    low = text.lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    if low in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_overrides(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"--override expects KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        key = key.strip()
+        if not key.isidentifier():
+            raise SystemExit(f"--override key {key!r} is not a valid keyword name")
+        out[key] = parse_value(value)
+    return out
+
+
+def file_sha256(paths) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(Path(p).name.encode())
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def fmt(x, spec=".2f", none="-"):
+    if x is None:
+        return none
+    try:
+        return format(x, spec)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+# ----------------------------------------------------------------------------- page cache
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    return libc
+
+
+def page_cache_fraction(path: Path) -> float | None:
+    """Fraction of the file's pages that are in the page cache (mincore on a throwaway mapping)."""
+    try:
+        size = os.path.getsize(path)
+        if size == 0:
+            return 0.0
+        libc = _libc()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            if addr is None or addr == ctypes.c_void_p(-1).value:
+                return None
+            try:
+                pages = (size + PAGE - 1) // PAGE
+                vec = (ctypes.c_ubyte * pages)()
+                if libc.mincore(addr, size, vec) != 0:
+                    return None
+                resident = int((np.frombuffer(vec, dtype=np.uint8) & 1).sum())
+                return resident / pages
+            finally:
+                libc.munmap(addr, size)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+
+
+def drop_page_cache(path: Path) -> dict:
+    """posix_fadvise(DONTNEED) on the whole file; returns the cached fraction before and after."""
+    before = page_cache_fraction(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    after = page_cache_fraction(path)
+    return {"cached_before": before, "cached_after": after}
+
+
+def describe_drop(d: dict) -> str:
+    def pct(x):
+        return "?" if x is None else f"{100 * x:.1f}%"
+
+    s = f"page cache of weights: {pct(d.get('cached_before'))} -> {pct(d.get('cached_after'))} after POSIX_FADV_DONTNEED"
+    after = d.get("cached_after")
+    if after is not None and after > 0.01:
+        s += " (some pages stayed: mapped by another process?) - 1st eval is NOT fully cold"
+    else:
+        s += " - 1st eval is a cold read"
+    return s
+
+
+# ----------------------------------------------------------------------------- subprocesses
+
+
+def child_cmd(spec: dict) -> list[str]:
+    return [sys.executable, str(SCRIPT), "_child", json.dumps(spec)]
+
+
+def run_child(spec: dict, *, cgroup_procs: Path | None = None, nice: int = 0) -> tuple[int, dict | None, float]:
+    """Run one child case; returns (returncode, result json or None, wall seconds).
+
+    With cgroup_procs, the child is started through a tiny sh wrapper that writes
+    its own pid to that cgroup.procs file and then execs python, so everything the
+    child does (imports included) is charged to the cgroup.
+    """
+    result_path = Path(spec["result"])
+    try:
+        result_path.unlink()
+    except FileNotFoundError:
+        pass
+    cmd = child_cmd(spec)
+    if cgroup_procs is not None:
+        cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup_procs)] + cmd
+    preexec = (lambda: os.nice(nice)) if nice else None
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=str(REPO), preexec_fn=preexec)
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+        raise
+    return rc, read_json(result_path), time.perf_counter() - t0
+
+
+def describe_rc(rc: int) -> str:
+    if rc == 0:
+        return "exit 0"
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit {rc}"
+
+
+# ----------------------------------------------------------------------------- step 1: weights
+
+
+def weights_path() -> Path:
+    return UNET_DIR / WEIGHTS_NAME
+
+
+def build_info() -> dict | None:
+    """The build record of a complete weights folder, or None if there is none."""
+    info = read_json(UNET_DIR / BUILD_INFO_NAME)
+    if not info or not (UNET_DIR / "config.json").is_file() or not weights_path().is_file():
+        return None
+    if weights_path().stat().st_size != info.get("weights_bytes"):
+        return None
+    return info
+
+
+def ensure_weights() -> dict:
+    info = build_info()
+    if info is not None:
+        log(f"[weights] using {UNET_DIR} (built {info.get('built_at')}, {info.get('params'):,} params, "
+            f"generation took {info.get('total_s', 0):.0f} s)")
+        return info
+    MODEL_DIR.mkdir(parents=True, exist_ok=True)
+    with open(MODEL_DIR / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second bench run waits for the first's build
+        info = build_info()
+        if info is not None:  # another run finished building while we waited for the lock
+            log(f"[weights] using {UNET_DIR}, built meanwhile by another run")
+            return info
+        for stale in MODEL_DIR.glob("unet.partial-*"):
+            log(f"[weights] removing interrupted build {stale}")
+            shutil.rmtree(stale, ignore_errors=True)
+        if UNET_DIR.exists():
+            # Never produced by an interrupted build (the rename comes last), so leave it to a person.
+            raise SystemExit(f"[weights] {UNET_DIR} exists but has no valid {BUILD_INFO_NAME} (or its weights "
+                             f"file has the wrong size): not built by this script, or damaged. Remove it to rebuild.")
+        tmp = MODEL_DIR / f"unet.partial-{os.getpid()}"
+        tmp.mkdir()
+        log(f"[weights] building random SDXL UNet weights in {tmp} (subprocess; ~11 GB RAM, several minutes)")
+        spec = {"kind": "build", "out": str(tmp), "result": str(MODEL_DIR / f"build-result-{os.getpid()}.json")}
+        rc, res, wall = run_child(spec)
+        Path(spec["result"]).unlink(missing_ok=True)
+        if rc != 0 or not res or res.get("error"):
+            shutil.rmtree(tmp, ignore_errors=True)
+            err = (res or {}).get("error", "")
+            raise SystemExit(f"[weights] build failed ({describe_rc(rc)})\n{err}")
+        res["total_s"] = wall
+        write_json(tmp / BUILD_INFO_NAME, res)
+        os.replace(tmp, UNET_DIR)  # complete: only now does it get the real name
+        log(f"[weights] built {res['params']:,} params in {wall:.0f} s "
+            f"(init {res['init_s']:.0f} s, half {res['half_s']:.0f} s, save {res['save_s']:.0f} s), "
+            f"peak RSS {res['mem']['vmhwm_bytes'] / MB:.0f} MB -> {UNET_DIR}")
+        if EXPECTED_PARAMS is not None and res["params"] != EXPECTED_PARAMS:
+            log(f"[weights] WARNING: expected {EXPECTED_PARAMS:,} params, got {res['params']:,}")
+        return build_info()
+
+
+def child_build(spec: dict) -> dict:
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    out = Path(spec["out"])
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    t0 = time.perf_counter()
+    torch.manual_seed(0)
+    model = UNet2DConditionModel(**SDXL_UNET_CONFIG)
+    init_s = time.perf_counter() - t0
+    params = sum(p.numel() for p in model.parameters())
+    t1 = time.perf_counter()
+    model = model.half()
+    half_s = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    model.save_pretrained(out, variant="fp16", safe_serialization=True, max_shard_size="100GB")
+    save_s = time.perf_counter() - t2
+    weights = out / WEIGHTS_NAME
+    if not weights.is_file():
+        raise RuntimeError(f"save_pretrained did not write {weights}: {sorted(p.name for p in out.iterdir())}")
+    os.chmod(weights, 0o644)
+    with open(weights, "rb") as f:
+        os.fsync(f.fileno())
+    return {
+        "params": params,
+        "expected_params": EXPECTED_PARAMS,
+        "init_s": init_s,
+        "half_s": half_s,
+        "save_s": save_s,
+        "weights_bytes": weights.stat().st_size,
+        "build_id": uuid.uuid4().hex,
+        "built_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "torch": torch.__version__,
+        "diffusers": __import__("diffusers").__version__,
+        "seed": 0,
+        "mem": memory_figures(),
+    }
+
+
+# ----------------------------------------------------------------------------- step 2: inputs
+
+INPUT_NAMES = ("sample", "timestep", "encoder_hidden_states", "text_embeds", "time_ids")
+
+
+def input_dir(h: int, w: int, batch: int) -> Path:
+    return CACHE / "inputs" / f"{h}x{w}-b{batch}"
+
+
+def ensure_inputs(h: int, w: int, batch: int) -> Path:
+    d = input_dir(h, w, batch)
+    if all((d / f"{n}.npy").is_file() for n in INPUT_NAMES):
+        return d
+    rng = np.random.default_rng([INPUT_SEED, h, w, batch])
+    arrays = {
+        "sample": rng.standard_normal((batch, 4, h, w), dtype=np.float32),
+        "timestep": np.array(TIMESTEP, dtype=np.float32),
+        "encoder_hidden_states": rng.standard_normal((batch, 77, 2048), dtype=np.float32),
+        "text_embeds": rng.standard_normal((batch, 1280), dtype=np.float32),
+        "time_ids": np.array([[h * 8, w * 8, 0, 0, h * 8, w * 8]] * batch, dtype=np.float32),
+    }
+    tmp = d.with_name(d.name + f".partial-{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name, arr in arrays.items():
+        np.save(tmp / f"{name}.npy", arr)
+    shutil.rmtree(d, ignore_errors=True)
+    os.replace(tmp, d)
+    log(f"[inputs] wrote {d}")
+    return d
+
+
+def load_inputs(d: Path) -> dict:
+    arrs = {n: np.load(Path(d) / f"{n}.npy") for n in INPUT_NAMES}
+    arrs["timestep"] = float(arrs["timestep"])
+    return arrs
+
+
+def inputs_key(d: Path) -> str:
+    return file_sha256([d / f"{n}.npy" for n in INPUT_NAMES])
+
+
+# ----------------------------------------------------------------------------- step 3: cases
+
+
+def case_dir(h: int, w: int, batch: int) -> Path:
+    d = CACHE / "runs" / MODEL_NAME / f"{h}x{w}-b{batch}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def reference_key(info: dict, inputs: Path) -> dict:
+    st = weights_path().stat()
+    return {
+        "build_id": info.get("build_id"),
+        "weights_bytes": st.st_size,
+        "weights_mtime_ns": st.st_mtime_ns,
+        "inputs_sha256": inputs_key(inputs),
+    }
+
+
+def run_reference(h, w, batch, info, inputs, args) -> dict | None:
+    """The diffusers fp32 case: cached when inputs/weights are unchanged."""
+    d = CACHE / "reference" / MODEL_NAME / f"{h}x{w}-b{batch}"
+    d.mkdir(parents=True, exist_ok=True)
+    meta_path, out_path = d / "reference.json", d / "eps.npy"
+    key = reference_key(info, inputs)
+    cached = read_json(meta_path)
+    valid = bool(cached) and cached.get("key") == key and out_path.is_file()
+    same_run = valid and len(cached.get("eval_s", [])) >= args.repeats and cached.get("torch_threads") == args.torch_threads
+    if valid and (args.skip_diffusers or (same_run and not args.fresh_reference)):
+        log(f"[diffusers {h}x{w}] reusing cached reference from {cached.get('ran_at')} ({out_path})")
+        cached["cached"] = True
+        cached["output"] = str(out_path)
+        return cached
+    if args.skip_diffusers:
+        log(f"[diffusers {h}x{w}] --skip-diffusers and no valid cached reference: no PCC / ratio for this size")
+        return None
+    log(f"[diffusers {h}x{w}] fp32 reference in a fresh process "
+        f"(load + {args.repeats} eval{'s' if args.repeats > 1 else ''}, no warm-up)")
+    spec = {"kind": "diffusers", "inputs": str(inputs), "output": str(out_path) + ".partial.npy",
+            "repeats": args.repeats, "threads": args.torch_threads, "result": str(d / "result-partial.json")}
+    cache_frac = page_cache_fraction(weights_path())
+    rc, res, wall = run_child(spec)
+    if rc != 0 or not res or res.get("error") or "eval_s" not in res:
+        log(f"[diffusers {h}x{w}] FAILED ({describe_rc(rc)}) {(res or {}).get('error', '')}")
+        return None
+    os.replace(spec["output"], out_path)
+    res.update(key=key, ran_at=time.strftime("%Y-%m-%d %H:%M:%S"), cached=False, output=str(out_path),
+               weights_cached_at_start=cache_frac, process_wall_s=wall)
+    write_json(meta_path, res)
+    Path(spec["result"]).unlink(missing_ok=True)
+    log(f"[diffusers {h}x{w}] load {res['load_s']:.1f} s, evals {', '.join(f'{t:.1f}' for t in res['eval_s'])} s "
+        f"(1st includes first-call overhead), peak RSS {res['mem']['vmhwm_bytes'] / MB:.0f} MB "
+        f"(during evals {fmt((res.get('eval_peak_rss_bytes') or 0) / MB, '.0f')} MB)")
+    return res
+
+
+def child_diffusers(spec: dict) -> dict:
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    torch.set_num_threads(spec["threads"])
+    x = load_inputs(Path(spec["inputs"]))
+    t0 = time.perf_counter()
+    model = UNet2DConditionModel.from_pretrained(str(UNET_DIR), variant="fp16", torch_dtype=torch.float32)
+    model.eval()
+    load_s = time.perf_counter() - t0
+    gc.collect()
+    mem_after_load = memory_figures()
+    # Peak RSS is dominated by loading (no accelerate: a randomly initialised fp32 model plus
+    # the state dict); reset VmHWM so the evaluations' own peak can be reported too.
+    hwm_reset = reset_peak_rss()
+    sample = torch.from_numpy(x["sample"])
+    ehs = torch.from_numpy(x["encoder_hidden_states"])
+    added = {"text_embeds": torch.from_numpy(x["text_embeds"]), "time_ids": torch.from_numpy(x["time_ids"])}
+    eval_s, eval_cpu_s = [], []
+    out = None
+    with torch.inference_mode():
+        for _ in range(spec["repeats"]):
+            c0, w0 = time.process_time(), time.perf_counter()
+            out = model(sample, x["timestep"], encoder_hidden_states=ehs, added_cond_kwargs=added).sample
+            eval_s.append(time.perf_counter() - w0)
+            eval_cpu_s.append(time.process_time() - c0)
+    eps = out.numpy().astype(np.float32, copy=False)
+    np.save(spec["output"], eps)
+    warm = eval_s[1:]
+    mem = memory_figures()
+    eval_peak = mem["vmhwm_bytes"] if hwm_reset else None
+    # whole-process peak, load included (on some kernels clear_refs resets ru_maxrss too)
+    mem["vmhwm_bytes"] = max(mem["vmhwm_bytes"] or 0, mem_after_load["vmhwm_bytes"] or 0, mem["ru_maxrss_bytes"])
+    return {
+        "load_s": load_s,
+        "eval_s": eval_s,
+        "eval_cpu_s": eval_cpu_s,
+        # s/eval used for ratios: median of the evaluations after the first when there are
+        # any; with --repeats 1 it is the single eval, which includes first-call overhead.
+        "s_per_eval": float(np.median(warm)) if warm else eval_s[0],
+        "s_per_eval_includes_first_call": not warm,
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "mem_after_load": mem_after_load,
+        "mem": mem,
+        "eval_peak_rss_bytes": eval_peak,
+        "io": proc_io(),
+        "shape": list(eps.shape),
+    }
+
+
+def engine_label(preset: str, overrides: dict) -> str:
+    if not overrides:
+        return preset
+    tag = hashlib.sha1(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{preset}+{tag}"
+
+
+def run_engine_case(h, w, batch, preset, overrides, inputs, args, *, ops_printf=False,
+                    cgroup_procs: Path | None = None, tag="") -> dict:
+    d = case_dir(h, w, batch)
+    label = engine_label(preset, overrides) + tag
+    kwargs = dict(overrides)
+    if ops_printf:
+        kwargs["ops_printf"] = True
+    spec = {"kind": "engine", "preset": preset, "overrides": kwargs, "inputs": str(inputs),
+            "repeats": args.repeats, "output": str(d / f"{label}.npy"), "result": str(d / f"{label}.json")}
+    Path(spec["output"]).unlink(missing_ok=True)
+    drop = drop_page_cache(weights_path())
+    where = " in the 256 MiB cgroup" if cgroup_procs else ""
+    log(f"[engine {h}x{w} {label}{where}] {describe_drop(drop)}")
+    if ops_printf:
+        log(f"[engine {h}x{w} {label}] ops_printf=True: one line per op follows (timings include the printing)")
+    rc, res, wall = run_child(spec, cgroup_procs=cgroup_procs)
+    res = res or {}
+    res.update(preset=preset, label=label, overrides=overrides, rc=rc, status=describe_rc(rc),
+               page_cache=drop, process_wall_s=wall, ops_printf=ops_printf)
+    res["completed"] = rc == 0 and not res.get("error") and Path(spec["output"]).is_file()
+    if res["completed"]:
+        res["output"] = spec["output"]
+        ev = res["eval_s"]
+        log(f"[engine {h}x{w} {label}{where}] load {res['load_s']:.1f} s, eval 1 {ev[0]:.1f} s, "
+            f"eval 2 {fmt(res.get('s_per_eval'), '.1f')} s, peak RSS {res['mem']['vmhwm_bytes'] / MB:.0f} MB")
+    else:
+        err = res.get("error") or ""
+        log(f"[engine {h}x{w} {label}{where}] FAILED: {describe_rc(rc)}, reached stage {res.get('stage', 'start')!r}"
+            + (f"\n{err.rstrip()}" if err else ""))
+    return res
+
+
+def child_engine(spec: dict, result_path: Path) -> dict:
+    """Runs in the child; writes partial results after each stage, so a kill shows how far it got."""
+    res = {"stage": "start", "pid": os.getpid(), "mem_start": memory_figures()}
+    write_json(result_path, res)
+    import importlib.util
+
+    if importlib.util.find_spec("engine") is None:
+        sys.path.insert(0, str(REPO))
+    from engine.sdxl import UNet
+
+    res.update(stage="imported", mem_after_import=memory_figures())
+    write_json(result_path, res)
+    x = load_inputs(Path(spec["inputs"]))
+    io0 = proc_io()
+    t0 = time.perf_counter()
+    unet = UNet.load(str(UNET_DIR), preset=spec["preset"], **spec["overrides"])
+    res.update(stage="loaded", load_s=time.perf_counter() - t0, mem_after_load=memory_figures(), io_after_load=proc_io())
+    write_json(result_path, res)
+    eval_s, eval_cpu_s, read_bytes = [], [], []
+    eps = None
+    for i in range(1 + spec["repeats"]):
+        r0 = proc_io().get("read_bytes", 0)
+        c0, w0 = time.process_time(), time.perf_counter()
+        eps = unet(x["sample"], x["timestep"], x["encoder_hidden_states"], x["text_embeds"], x["time_ids"])
+        eval_s.append(time.perf_counter() - w0)
+        eval_cpu_s.append(time.process_time() - c0)
+        read_bytes.append(proc_io().get("read_bytes", 0) - r0)
+        res.update(stage=f"eval {i + 1} done", eval_s=eval_s, eval_cpu_s=eval_cpu_s, eval_read_bytes=read_bytes,
+                   mem=memory_figures())
+        write_json(result_path, res)
+    arr = np.asarray(eps)
+    res.update(out_dtype=str(arr.dtype), shape=list(arr.shape))
+    np.save(spec["output"], arr)
+    if callable(getattr(unet, "close", None)):
+        unet.close()
+    # s/eval: the 2nd evaluation (median of evaluations 2.. with --repeats > 1)
+    res.update(stage="done", s_per_eval=float(np.median(eval_s[1:])), io=proc_io(), io_start=io0, mem=memory_figures())
+    return res
+
+
+def compare(out_path, ref_path) -> dict:
+    a = np.load(out_path).astype(np.float64).ravel()
+    b = np.load(ref_path).astype(np.float64).ravel()
+    if a.shape != b.shape:
+        return {"pcc": None, "max_abs": None, "note": f"shape {a.shape} vs reference {b.shape}"}
+    finite = np.isfinite(a).all() and np.isfinite(b).all()
+    if not finite:
+        return {"pcc": float("nan"), "max_abs": float("nan"),
+                "note": f"non-finite values: engine {int((~np.isfinite(a)).sum())}, reference {int((~np.isfinite(b)).sum())}"}
+    da, db = a - a.mean(), b - b.mean()
+    denom = np.sqrt(np.dot(da, da) * np.dot(db, db))
+    pcc = float(np.dot(da, db) / denom) if denom > 0 else float("nan")
+    return {"pcc": pcc, "max_abs": float(np.abs(a - b).max()), "ref_max_abs": float(np.abs(b).max())}
+
+
+# ----------------------------------------------------------------------------- step 4: cgroup
+
+
+def cgroup_unavailable_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "not root (the memory cgroup check needs root to create a cgroup)"
+    if not (CGROUP_ROOT / "cgroup.procs").is_file() or not (CGROUP_ROOT / "memory.limit_in_bytes").is_file():
+        return f"no cgroup v1 memory controller mounted at {CGROUP_ROOT}"
+    return None
+
+
+def cg_read(name: str) -> str | None:
+    try:
+        return (CGROUP_DIR / name).read_text().strip()
+    except OSError:
+        return None
+
+
+def cg_write(name: str, value) -> None:
+    (CGROUP_DIR / name).write_text(str(value))
+
+
+def cgroup_remove() -> None:
+    if not CGROUP_DIR.exists():
+        return
+    for _ in range(50):
+        try:
+            CGROUP_DIR.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)  # a killed child may take a moment to leave
+    log(f"[cgroup] WARNING: could not remove {CGROUP_DIR} (procs: {cg_read('cgroup.procs')!r})")
+
+
+def swap_total_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("SwapTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def cgroup_create() -> None:
+    if CGROUP_DIR.exists():  # left over from an interrupted run
+        procs = cg_read("cgroup.procs")
+        if procs:
+            raise SystemExit(f"[cgroup] {CGROUP_DIR} exists and holds processes {procs.split()}; remove it first")
+        cgroup_remove()
+    CGROUP_DIR.mkdir()
+    cg_write("memory.limit_in_bytes", CGROUP_LIMIT)
+    # memory+swap limit too, so the case cannot escape to swap. Only where there is swap:
+    # without swap it changes nothing, and with memsw.limit == limit the memsw counter fails
+    # first and memory.failcnt stays 0 even when the child is OOM-killed (seen on 6.18).
+    if (CGROUP_DIR / "memory.memsw.limit_in_bytes").exists() and swap_total_bytes() > 0:
+        cg_write("memory.memsw.limit_in_bytes", CGROUP_LIMIT)
+
+
+def cgroup_stats() -> dict:
+    out = {"failcnt": cg_read("memory.failcnt"), "max_usage_in_bytes": cg_read("memory.max_usage_in_bytes"),
+           "limit_in_bytes": cg_read("memory.limit_in_bytes"), "memsw_limit_in_bytes": cg_read("memory.memsw.limit_in_bytes"),
+           "memsw_failcnt": cg_read("memory.memsw.failcnt")}
+    oom = cg_read("memory.oom_control") or ""
+    for line in oom.splitlines():
+        k, _, v = line.partition(" ")
+        out[f"oom_{k}" if not k.startswith("oom") else k] = v
+    for k in ("failcnt", "max_usage_in_bytes", "limit_in_bytes", "memsw_limit_in_bytes", "memsw_failcnt",
+              "under_oom", "oom_under_oom", "oom_kill", "oom_kill_disable"):
+        if out.get(k) is not None and str(out[k]).isdigit():
+            out[k] = int(out[k])
+    stat = cg_read("memory.stat") or ""
+    for line in stat.splitlines():
+        k, _, v = line.partition(" ")
+        if k in ("total_cache", "total_rss", "total_mapped_file", "cache", "rss", "mapped_file"):
+            out[f"stat_{k}"] = int(v)
+    return out
+
+
+def describe_cgroup(st: dict, rc: int) -> str:
+    under = st.get("oom_under_oom", st.get("under_oom"))
+    return (f"{'completed' if rc == 0 else 'KILLED' if rc < 0 else 'FAILED'} ({describe_rc(rc)}), "
+            f"memory.failcnt {st.get('failcnt')}, max_usage {int(st.get('max_usage_in_bytes') or 0) / MB:.1f} MB "
+            f"(limit {CGROUP_LIMIT / MB:.1f} MB = 256 MiB), under_oom {under}, oom_kill {st.get('oom_kill', 'n/a')}")
+
+
+def run_in_cgroup(fn):
+    """Create the cgroup, run fn(procs_path) -> (rc, result), collect the counters, remove the cgroup."""
+    cgroup_create()
+    try:
+        rc, res = fn(CGROUP_DIR / "cgroup.procs")
+        st = cgroup_stats()
+    finally:
+        cgroup_remove()
+    return rc, res, st
+
+
+def cgroup_engine_case(h, w, batch, overrides, inputs, args) -> dict:
+    def fn(procs):
+        r = run_engine_case(h, w, batch, "rpi-lowmem", overrides, inputs, args, cgroup_procs=procs, tag="-cgroup")
+        return r["rc"], r
+
+    rc, res, st = run_in_cgroup(fn)
+    res["cgroup"] = st
+    log(f"[cgroup] rpi-lowmem {h}x{w} b{batch}: {describe_cgroup(st, rc)}"
+        + (f", s/eval {res['s_per_eval']:.1f}" if res.get("completed") else ""))
+    return res
+
+
+def cgroup_selftest(sizes_mb: list[int]) -> list[dict]:
+    out = []
+    for mb in sizes_mb:
+        def fn(procs):
+            spec = {"kind": "alloc", "mb": mb, "result": str(CACHE / f"alloc-{mb}.json")}
+            rc, res, _ = run_child(spec, cgroup_procs=procs)
+            return rc, res
+
+        rc, res, st = run_in_cgroup(fn)
+        Path(CACHE / f"alloc-{mb}.json").unlink(missing_ok=True)
+        completed = rc == 0 and bool(res) and res.get("stage") == "done"
+        log(f"[cgroup selftest] allocate+touch {mb} MB: {describe_cgroup(st, rc)}"
+            + (f", child VmHWM {res['mem']['vmhwm_bytes'] / MB:.0f} MB" if completed else ""))
+        out.append({"mb": mb, "rc": rc, "completed": completed, "cgroup": st, "result": res})
+    return out
+
+
+def child_alloc(spec: dict, result_path: Path) -> dict:
+    """Dummy for the cgroup machinery: allocate and touch spec['mb'] MB, without numpy."""
+    write_json(result_path, {"stage": "start", "pid": os.getpid()})
+    n = int(spec["mb"] * MB)
+    buf = bytearray(n)
+    buf[::PAGE] = b"\x01" * len(range(0, n, PAGE))  # touch every page
+    time.sleep(0.2)
+    return {"stage": "done", "bytes": n, "mem": memory_figures()}
+
+
+# ----------------------------------------------------------------------------- step 5: report
+
+
+def cpu_s(res: dict) -> float | None:
+    """CPU seconds of the evaluation(s) behind s/eval (same choice as s/eval)."""
+    c = res.get("eval_cpu_s") or []
+    return float(np.median(c[1:])) if len(c) > 1 else (c[0] if c else None)
+
+
+def print_table(rows: list[dict]) -> None:
+    cols = ["size", "case", "load s", "eval1 s", "s/eval", "cpu s", "peak RSS MB", "x diffusers", "PCC", "max|diff|", "note"]
+    lines = [cols]
+    for r in rows:
+        lines.append([str(r.get(c, "")) for c in cols])
+    widths = [max(len(l[i]) for l in lines) for i in range(len(cols))]
+    sep = "  "
+    log(sep.join(c.ljust(widths[i]) for i, c in enumerate(cols)))
+    log(sep.join("-" * widths[i] for i in range(len(cols))))
+    for l in lines[1:]:
+        log(sep.join(v.ljust(widths[i]) if i in (0, 1, len(cols) - 1) else v.rjust(widths[i]) for i, v in enumerate(l)))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="128,64", help="latent sizes, comma separated: N or HxW (default 128,64)")
+    p.add_argument("--presets", default=",".join(PRESETS), help="engine presets (default %(default)s)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="diffusers: evaluations to time (1st included); engine: warm evaluations after the "
+                        "1st, cold one (default 1, i.e. eval 1 and eval 2)")
+    p.add_argument("--torch-threads", type=int, default=2, help="torch threads for the diffusers reference (default 2)")
+    p.add_argument("--skip-diffusers", action="store_true", help="never run diffusers; reuse a cached reference only")
+    p.add_argument("--fresh-reference", action="store_true", help="recompute the diffusers reference even if cached")
+    p.add_argument("--no-cgroup", action="store_true", help="skip the 256 MiB memory cgroup run")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="keyword override for UNet.load (int/float/bool/none/str), repeatable")
+    p.add_argument("--ops-printf", metavar="PRESET:SIZE",
+                   help="pass ops_printf=True to UNet.load for this one case, e.g. rpi-lowmem:64")
+    p.add_argument("--build-only", action="store_true", help="build the weights and inputs, then stop")
+    p.add_argument("--cgroup-selftest", nargs="?", const="100,300", metavar="MB,MB",
+                   help="check the cgroup machinery with dummy children allocating these MB (default 100,300)")
+    args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error("--repeats must be >= 1")
+    overrides = parse_overrides(args.override)
+
+    sizes = []
+    for s in args.sizes.split(","):
+        s = s.strip().lower()
+        if s:
+            hh, _, ww = s.partition("x")
+            sizes.append((int(hh), int(ww or hh)))
+    presets = [s.strip() for s in args.presets.split(",") if s.strip()]
+    ops_case = None
+    if args.ops_printf:
+        pr, _, sz = args.ops_printf.partition(":")
+        hh, _, ww = sz.lower().partition("x")
+        try:
+            ops_case = (pr, int(hh), int(ww or hh))
+        except ValueError:
+            p.error("--ops-printf expects PRESET:SIZE, e.g. rpi-lowmem:64")
+        if pr not in presets or (ops_case[1], ops_case[2]) not in sizes:
+            p.error(f"--ops-printf case {args.ops_printf} is not among --presets/--sizes")
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    log(f"slowframe UNet benchmark - {time.strftime('%Y-%m-%d %H:%M:%S')}, {platform.node()}, "
+        f"{os.cpu_count()} CPUs, python {platform.python_version()}, numpy {np.__version__}")
+    log(f"cache: {CACHE}" + ("   ** SLOWFRAME_BENCH_TINY: tiny smoke-test model, figures are meaningless **" if TINY else ""))
+
+    if args.cgroup_selftest:
+        why = cgroup_unavailable_reason()
+        if why:
+            log(f"[cgroup selftest] SKIPPED: {why}")
+            return 0
+        res = cgroup_selftest([int(x) for x in args.cgroup_selftest.split(",") if x.strip()])
+        write_json(CACHE / "cgroup-selftest.json", res)
+        return 0
+
+    info = ensure_weights()
+    input_dirs = {(h, w): ensure_inputs(h, w, BATCH) for h, w in sizes}
+    if args.build_only:
+        return 0
+
+    rows, results, targets = [], {"sizes": {}, "overrides": overrides, "argv": sys.argv}, []
+    lowmem_cgroup = None
+    for h, w in sizes:
+        inputs = input_dirs[(h, w)]
+        size = f"{h}x{w}"
+        ref = run_reference(h, w, BATCH, info, inputs, args)
+        ref_s = ref.get("s_per_eval") if ref else None
+        case_res = {"diffusers": ref, "engine": {}}
+        results["sizes"][size] = case_res
+        if ref:
+            ev = ref["eval_s"]
+            rows.append({"size": size, "case": "diffusers fp32", "load s": fmt(ref.get("load_s"), ".1f"),
+                         "eval1 s": fmt(ev[0], ".1f"), "s/eval": fmt(ref_s, ".1f"), "cpu s": fmt(cpu_s(ref), ".1f"),
+                         "peak RSS MB": fmt(ref["mem"]["vmhwm_bytes"] / MB, ".0f"), "x diffusers": "1.00",
+                         "note": "; ".join(x for x in (
+                             f"cached {ref.get('ran_at')}" if ref.get("cached") else None,
+                             "s/eval incl. first call" if ref.get("s_per_eval_includes_first_call") else None,
+                             f"peak during evals {ref['eval_peak_rss_bytes'] / MB:.0f} MB"
+                             if ref.get("eval_peak_rss_bytes") else None) if x)})
+        for preset in presets:
+            ops = ops_case == (preset, h, w)
+            r = run_engine_case(h, w, BATCH, preset, overrides, inputs, args, ops_printf=ops)
+            case_res["engine"][preset] = r
+            if ref and r.get("completed"):
+                r["compare"] = compare(r["output"], ref["output"])
+            row = {"size": size, "case": r["label"]}
+            if r.get("completed"):
+                cmp_ = r.get("compare", {})
+                row.update({"load s": fmt(r["load_s"], ".1f"), "eval1 s": fmt(r["eval_s"][0], ".1f"),
+                            "s/eval": fmt(r["s_per_eval"], ".1f"), "cpu s": fmt(cpu_s(r), ".1f"),
+                            "peak RSS MB": fmt(r["mem"]["vmhwm_bytes"] / MB, ".0f"),
+                            "x diffusers": fmt(r["s_per_eval"] / ref_s if ref_s else None, ".2f"),
+                            "PCC": fmt(cmp_.get("pcc"), ".6f"), "max|diff|": fmt(cmp_.get("max_abs"), ".3g"),
+                            "note": "; ".join(x for x in (cmp_.get("note"), "ops_printf" if ops else None) if x)})
+            else:
+                row["note"] = f"FAILED: {r['status']} at {r.get('stage', 'start')!r}"
+            rows.append(row)
+
+    # cgroup
+    cg_note = None
+    if args.no_cgroup:
+        cg_note = "skipped (--no-cgroup)"
+    elif "rpi-lowmem" not in presets or (128, 128) not in sizes:
+        cg_note = "skipped (needs rpi-lowmem in --presets and 128 in --sizes)"
+    else:
+        why = cgroup_unavailable_reason()
+        if why:
+            cg_note = f"skipped: {why}"
+            log(f"[cgroup] SKIPPED: {why}")
+        else:
+            lowmem_cgroup = cgroup_engine_case(128, 128, BATCH, overrides, input_dirs[(128, 128)], args)
+            results["cgroup"] = lowmem_cgroup
+            ref = results["sizes"]["128x128"]["diffusers"]
+            r = lowmem_cgroup
+            row = {"size": "128x128", "case": r["label"] + " (256MiB cg)"}
+            if r.get("completed"):
+                if ref:
+                    r["compare"] = compare(r["output"], ref["output"])
+                cmp_ = r.get("compare", {})
+                ref_s = ref.get("s_per_eval") if ref else None
+                row.update({"load s": fmt(r["load_s"], ".1f"), "eval1 s": fmt(r["eval_s"][0], ".1f"),
+                            "s/eval": fmt(r["s_per_eval"], ".1f"), "cpu s": fmt(cpu_s(r), ".1f"),
+                            "peak RSS MB": fmt(r["mem"]["vmhwm_bytes"] / MB, ".0f"),
+                            "x diffusers": fmt(r["s_per_eval"] / ref_s if ref_s else None, ".2f"),
+                            "PCC": fmt(cmp_.get("pcc"), ".6f"), "max|diff|": fmt(cmp_.get("max_abs"), ".3g")})
+            row["note"] = describe_cgroup(r["cgroup"], r["rc"])
+            rows.append(row)
+
+    # targets
+    def eng(size, preset):
+        r = results["sizes"].get(size, {}).get("engine", {}).get(preset)
+        return r if r and r.get("completed") else None
+
+    def verdict(ok):
+        return "n/a " if ok is None else ("PASS" if ok else "FAIL")
+
+    lm, df = eng("128x128", "rpi-lowmem"), eng("128x128", "default")
+    ref128 = (results["sizes"].get("128x128") or {}).get("diffusers")
+    v = None if lm is None else lm["mem"]["vmhwm_bytes"] / MB <= TARGET_LOWMEM_RSS_MB
+    targets.append((verdict(v), f"rpi-lowmem peak RSS <= {TARGET_LOWMEM_RSS_MB:.0f} MB at 128x128 b1",
+                    f"{lm['mem']['vmhwm_bytes'] / MB:.0f} MB" if lm else "not measured"))
+    if lowmem_cgroup is None:
+        targets.append(("n/a ", "rpi-lowmem 128x128 b1 completes in a 256 MiB memory cgroup", cg_note or ""))
+    else:
+        targets.append((verdict(lowmem_cgroup.get("completed")), "rpi-lowmem 128x128 b1 completes in a 256 MiB memory cgroup",
+                        describe_cgroup(lowmem_cgroup["cgroup"], lowmem_cgroup["rc"])))
+    ratio = df["s_per_eval"] / ref128["s_per_eval"] if (df and ref128) else None
+    targets.append((verdict(None if ratio is None else ratio <= TARGET_DEFAULT_VS_DIFFUSERS),
+                    f"default s/eval <= {TARGET_DEFAULT_VS_DIFFUSERS:.1f}x diffusers fp32 at 128x128",
+                    f"{ratio:.2f}x" if ratio is not None else "not measured"))
+    for h, w in sizes:
+        size = f"{h}x{w}"
+        a, b = eng(size, "rpi-lowmem"), eng(size, "default")
+        ratio = a["s_per_eval"] / b["s_per_eval"] if (a and b) else None
+        if ratio is None and size != "128x128":
+            continue
+        targets.append((verdict(None if ratio is None else ratio <= TARGET_LOWMEM_VS_DEFAULT),
+                        f"rpi-lowmem s/eval <= {TARGET_LOWMEM_VS_DEFAULT:.1f}x default at {size}",
+                        f"{ratio:.2f}x" if ratio is not None else "not measured"))
+
+    log("")
+    log(f"== results (batch {BATCH}; s/eval = engine eval 2 (median of warm evals with --repeats > 1), "
+        f"eval 1 is cold after POSIX_FADV_DONTNEED; diffusers s/eval = median of evals after the 1st, "
+        f"or the single first eval with --repeats 1; cpu s = process CPU seconds of that eval (cpu s / s/eval < threads "
+        f"means the cores were shared); MB = 10^6 bytes; peak RSS = VmHWM of the case's process)")
+    if overrides:
+        log(f"   UNet.load overrides: {overrides}")
+    print_table(rows)
+    log("")
+    log("== targets")
+    for verdict_, what, got in targets:
+        log(f"  {verdict_}  {what}: {got}")
+    results["targets"] = [{"verdict": v.strip(), "target": t, "measured": g} for v, t, g in targets]
+    results["table"] = rows
+    out = CACHE / f"results-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    write_json(out, results)
+    log(f"\nfull results: {out}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- child entry point
+
+
+def child_main(spec_json: str) -> int:
+    spec = json.loads(spec_json)
+    result_path = Path(spec["result"])
+    kind = spec["kind"]
+    try:
+        if kind == "build":
+            res = child_build(spec)
+        elif kind == "diffusers":
+            res = child_diffusers(spec)
+        elif kind == "engine":
+            res = child_engine(spec, result_path)
+        elif kind == "alloc":
+            res = child_alloc(spec, result_path)
+        else:
+            raise ValueError(f"unknown child kind {kind!r}")
+    except BaseException:
+        prev = read_json(result_path) or {}
+        prev["error"] = traceback.format_exc()
+        write_json(result_path, prev)
+        traceback.print_exc()
+        return 1
+    write_json(result_path, res)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "_child":
+        sys.exit(child_main(sys.argv[2]))
+    sys.exit(main())
