@@ -26,6 +26,7 @@ void sf_dequant_u8(const uint8_t *q, float scale, float zero, float *out, size_t
 void sf_quant_u8(const float *x, float scale, float zero, uint8_t *out, size_t n);
 void sf_gelu_erf(const float *x, float *out, size_t n);
 void sf_geglu(const float *p, float *out, size_t rows, size_t d);
+void sf_softmax_rows(float *s, const float *maxes, float *sums, size_t rows, size_t cols);
 """
 
 SOURCE = r"""
@@ -181,6 +182,60 @@ void sf_geglu(const float *restrict p, float *restrict out, size_t rows, size_t 
         float *restrict o = out + r * d;
         for (size_t j = 0; j < d; j++)
             o[j] = v[j] * sf_gelu1(g[j]);
+    }
+}
+
+/* exp(x) for x <= 0 (Cephes expf: Cody-Waite reduction, degree-5 polynomial, ~1 ulp).
+   x is clamped at -87 so no result is subnormal (they are slow in the next GEMM). */
+static inline float sf_exp_neg(float x)
+{
+    x = sf_sel(x < -87.0f, -87.0f, x);
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   /* round(x / ln 2) */
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = (p * r) * r + r + 1.0f;
+    return p * sf_u2f((uint32_t)((int32_t)n + 127) << 23);
+}
+
+#define SF_LANES 8
+
+/* x86-64: also build an AVX2 copy, picked at load time (same bits: no FMA contraction). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SF_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SF_CLONES
+#endif
+
+/* Each row of s (rows, cols) becomes exp(s - maxes[r]) in place and sums[r] its sum.
+   The sum runs in SF_LANES interleaved partial sums (the tail adds into the first
+   lanes), combined pairwise, so numpy can reproduce it exactly. */
+SF_CLONES
+void sf_softmax_rows(float *restrict s, const float *restrict maxes, float *restrict sums,
+                     size_t rows, size_t cols)
+{
+    size_t body = cols / SF_LANES * SF_LANES;
+    for (size_t r = 0; r < rows; r++) {
+        float *restrict x = s + r * cols;
+        float mx = maxes[r];
+        float acc[SF_LANES] = {0};
+        for (size_t i = 0; i < body; i += SF_LANES)
+            for (int j = 0; j < SF_LANES; j++) {
+                float e = sf_exp_neg(x[i + j] - mx);
+                x[i + j] = e;
+                acc[j] += e;
+            }
+        for (size_t i = body; i < cols; i++) {
+            float e = sf_exp_neg(x[i] - mx);
+            x[i] = e;
+            acc[i - body] += e;
+        }
+        sums[r] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     }
 }
 """

@@ -31,6 +31,7 @@ __all__ = [
     "quant_u8",
     "gelu_erf",
     "geglu",
+    "softmax_rows",
 ]
 
 _CHOICE = os.environ.get("SLOWFRAME_KERNELS", "").strip().lower()
@@ -271,6 +272,65 @@ def np_geglu(p, out):
     return out
 
 
+_EXP_P = [np.float32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                                  1.6666665459e-1, 5.0000001201e-1)]
+_LANES = 8
+
+
+def _np_exp_neg(x):
+    """exp(x) for x <= 0 in place, the same Cephes steps as sf_exp_neg (clamped at -87)."""
+    f32 = np.float32
+    np.maximum(x, f32(-87.0), out=x)
+    n = x * f32(1.44269504088896341)
+    n += f32(12582912.0)
+    n -= f32(12582912.0)
+    r = n * f32(0.693359375)
+    np.subtract(x, r, out=r)
+    r -= n * f32(-2.12194440e-4)
+    p = np.multiply(r, _EXP_P[0])
+    for c in _EXP_P[1:]:
+        p += c
+        p *= r
+    p *= r
+    p += r
+    p += f32(1.0)
+    scale = ((n.astype(np.int32) + 127) << 23).view(np.float32)
+    np.multiply(p, scale, out=x)
+    return x
+
+
+def _check_softmax(s, maxes, sums):
+    _arr("s", s, (_F32,), writable=True)
+    _arr("maxes", maxes, (_F32,))
+    _arr("sums", sums, (_F32,), writable=True)
+    if s.ndim != 2 or maxes.shape != (s.shape[0],) or sums.shape != (s.shape[0],):
+        raise ValueError(f"softmax_rows: s must be 2-D, maxes and sums ({s.shape[0]},); got {s.shape}, "
+                         f"{maxes.shape}, {sums.shape}")
+
+
+def np_softmax_rows(s, maxes, sums):
+    """Each row of s (rows, cols) -> exp(row - maxes[row]) in place (the caller passes the
+    row maxima); sums (rows,) = row sums, added in 8 interleaved lanes as the C kernel does."""
+    _check_softmax(s, maxes, sums)
+    rows, cols = s.shape
+    if cols == 0:
+        sums[...] = 0
+        return s
+    step = max(1, _BLOCK // cols)
+    body = cols // _LANES * _LANES
+    for i in range(0, rows, step):
+        x = s[i:i + step]
+        x -= maxes[i:i + step, None]
+        _np_exp_neg(x)
+        lanes = np.zeros((x.shape[0], _LANES), dtype=np.float32)
+        # numpy adds along a non-last axis one block after another, like the C loop
+        np.add.reduce(x[:, :body].reshape(x.shape[0], -1, _LANES), axis=1, out=lanes)
+        lanes[:, :cols - body] += x[:, body:]
+        sums[i:i + step] = ((lanes[:, 0] + lanes[:, 1]) + (lanes[:, 2] + lanes[:, 3])) + \
+            ((lanes[:, 4] + lanes[:, 5]) + (lanes[:, 6] + lanes[:, 7]))
+    return s
+
+
 # ---------------------------------------------------------------- C kernels
 
 if _ckernels is not None:
@@ -337,7 +397,16 @@ if _ckernels is not None:
             _lib.sf_geglu(_p("float[]", p), _p("float[]", out), out.size // d, d)
         return out
 
+    def c_softmax_rows(s, maxes, sums):
+        _check_softmax(s, maxes, sums)
+        if s.size:
+            _lib.sf_softmax_rows(_p("float[]", s), _p("float[]", maxes), _p("float[]", sums), s.shape[0], s.shape[1])
+        else:
+            sums[...] = 0
+        return s
+
 else:
+    c_softmax_rows = None
     c_f16_to_f32 = c_bf16_to_f32 = c_f32_to_f16 = None
     c_dequant_u8_rows = c_dequant_u8 = c_quant_u8 = None
     c_gelu_erf = c_geglu = None
@@ -351,4 +420,5 @@ dequant_u8 = c_dequant_u8 if _C else np_dequant_u8
 quant_u8 = c_quant_u8 if _C else np_quant_u8
 gelu_erf = c_gelu_erf if _C else np_gelu_erf
 geglu = c_geglu if _C else np_geglu
+softmax_rows = c_softmax_rows if _C else np_softmax_rows
 del _C

@@ -12,6 +12,7 @@ exact order the prefetch thread must read in.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -29,6 +30,7 @@ class StreamedModel:
         self.options = options
         self.provider = make_provider(store, options.weights, options.prefetch_bytes, options.weight_chunk_bytes)
         self.trace = OpTrace(options.ops_printf)
+        self.threads = options.threads or os.cpu_count() or 1
         self._recording: list[Group] | None = None
 
     def close(self) -> None:
@@ -174,6 +176,6 @@ class StreamedModel:
         started = self.trace.begin()
         out = np.empty_like(q)
         for b in range(q.shape[0]):
-            out[b] = ops.attention(q[b], k[b], v[b], heads, self.options.attention_slices)
+            out[b] = ops.attention(q[b], k[b], v[b], heads, self.options.attention_slices, self.threads)
         self.trace.end("attention", name, 0, started)
         return out

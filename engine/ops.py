@@ -7,10 +7,11 @@ the checkpoint (linear (out, in), conv (out, in, kh, kw)).
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from engine import fastops
+from engine import blas, fastops
 from engine.sources import Source
 from engine.weights import Weight, row_chunks
 
@@ -132,19 +133,37 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return fastops.gelu_erf(x, np.empty_like(x))
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, slices: int) -> np.ndarray:
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, slices: int, threads: int = 1) -> np.ndarray:
     """softmax(q k^T / sqrt(d)) v for each head, one head and one band of query rows at a time.
 
     q (L, C), k and v (Lk, C), C = heads * d. The scale is folded into q (which is
-    modified); only a (L/slices, Lk) score buffer exists at any time.
+    modified). Heads are shared among `threads` workers, each with one
+    (L/slices, Lk) score buffer; BLAS is single-threaded meanwhile, since many
+    small GEMMs scale better across heads than inside one call.
     """
     L, C = q.shape
     d = C // heads
     q *= np.float32(1.0 / math.sqrt(d))
     out = np.empty((L, C), dtype=np.float32)
     band = math.ceil(L / slices)
+    threads = max(1, min(threads, heads)) if blas.AVAILABLE else 1
+    if threads == 1:
+        _attention_heads(q, k, v, out, range(heads), d, band)
+        return out
+    with blas.single_threaded():
+        jobs = [_pool(threads).submit(_attention_heads, q, k, v, out, range(i, heads, threads), d, band)
+                for i in range(threads)]
+        for job in jobs:
+            job.result()
+    return out
+
+
+def _attention_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray, heads: range, d: int,
+                     band: int) -> None:
+    L = q.shape[0]
     scores = np.empty((band, k.shape[0]), dtype=np.float32)
-    for h in range(heads):
+    sums = np.empty(band, dtype=np.float32)
+    for h in heads:
         cols = slice(h * d, (h + 1) * d)
         kt = k[:, cols].T
         vh = v[:, cols]
@@ -152,13 +171,19 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, slices: i
             r1 = min(L, r0 + band)
             s = scores[:r1 - r0]
             np.matmul(q[r0:r1, cols], kt, out=s)
-            s -= s.max(axis=1, keepdims=True)
-            np.exp(s, out=s)
-            total = s.sum(axis=1, keepdims=True)
+            fastops.softmax_rows(s, s.max(axis=1), sums[:r1 - r0])   # exp(s - max) in place
             o = out[r0:r1, cols]
             np.matmul(s, vh, out=o)
-            o /= total
-    return out
+            o /= sums[:r1 - r0, None]
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    if threads not in _pools:
+        _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="attention")
+    return _pools[threads]
 
 
 def timestep_embedding(t: np.ndarray, dim: int, flip_sin_to_cos: bool = True, shift: float = 0.0,

@@ -20,13 +20,15 @@ class Options:
     weights: str = "prefetch"
     """How weights reach an op: "nocache" (read when needed), "prefetch" (a thread reads
     ahead in execution order), "ram" (keep everything once read)."""
-    prefetch_bytes: int = 1 << 30
+    prefetch_bytes: int = 256 << 20
     """Prefetch budget: fp32 bytes read ahead but not yet used (at least one op is always read)."""
     drop_pages: bool = False
     """After reading a weight, tell the kernel to drop its file pages from the page cache,
     so a model larger than RAM does not push out everything else."""
     attention_slices: int = 2
     """Query rows of each attention head are processed in this many bands."""
+    threads: int = 0
+    """Worker threads for attention heads (0: one per CPU core)."""
     skip_dtype: str = "fp32"
     """Storage of the UNet's skip connections between down and up blocks: fp32, fp16, or
     uint8 with dynamic per-tensor quantisation (0.1/99.9 percentile range)."""
@@ -64,6 +66,8 @@ class Options:
             raise InputError(f"kv_dtype='{self.kv_dtype}' must be fp32 or fp16")
         if self.weight_chunk_bytes < 0:
             raise InputError(f"engine option 'weight_chunk_bytes' must be 0 or more, got {self.weight_chunk_bytes}")
+        if self.threads < 0:
+            raise InputError(f"engine option 'threads' must be 0 (all cores) or more, got {self.threads}")
         for key in ("prefetch_bytes", "attention_slices", "band_bytes"):
             if getattr(self, key) < 1:
                 raise InputError(f"engine option '{key}' must be at least 1, got {getattr(self, key)}")

@@ -15,7 +15,8 @@ C_BUILT = fo.c_f16_to_f32 is not None
 NOT_BUILT = "engine._ckernels is not built (no C compiler at install time): only the numpy fallbacks are tested"
 needs_c = pytest.mark.skipif(not C_BUILT, reason=NOT_BUILT)
 
-NAMES = ["f16_to_f32", "bf16_to_f32", "f32_to_f16", "dequant_u8_rows", "dequant_u8", "quant_u8", "gelu_erf", "geglu"]
+NAMES = ["f16_to_f32", "bf16_to_f32", "f32_to_f16", "dequant_u8_rows", "dequant_u8", "quant_u8", "gelu_erf", "geglu",
+         "softmax_rows"]
 
 
 def impls(name):
@@ -520,3 +521,52 @@ def test_bad_arguments_rows_and_geglu(prefix):
         geglu(np.zeros((3, 9), np.float32), np.zeros((3, 4), np.float32))
     with pytest.raises(ValueError, match="overlap"):
         geglu(p, p.reshape(-1)[:15].reshape(3, 5))
+
+
+# ---------------------------------------------------------------- softmax_rows
+
+SOFTMAX_SHAPES = [(1, 1), (3, 5), (7, 8), (5, 77), (64, 154), (16, 4096), (2, 1031)]
+
+
+def _softmax_case(shape, scale, seed=0):
+    x = (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+    return x, x.max(axis=1)
+
+
+@impls("softmax_rows")
+@pytest.mark.parametrize("shape", SOFTMAX_SHAPES)
+@pytest.mark.parametrize("scale", [0.1, 5.0, 60.0])
+def test_softmax_rows_vs_float64(fn, shape, scale):
+    x, m = _softmax_case(shape, scale)
+    s, sums = x.copy(), np.empty(shape[0], np.float32)
+    fn(s, m, sums)
+    ref = np.exp((x - m[:, None]).astype(np.float64))   # the float32 difference is the kernel's input
+    # arguments below -87 are clamped there, so no result is subnormal (e^-87 = 1.6e-38)
+    floor = math.exp(-87.0)
+    big = ref >= floor
+    assert np.all(np.abs(s - ref)[big] <= 3e-6 * ref[big])
+    assert np.all(np.abs(s[~big] - floor) <= 3e-6 * floor)
+    assert np.all(s[np.arange(shape[0]), x.argmax(axis=1)] == 1.0)   # the row maximum gives exactly 1
+    assert np.allclose(sums, ref.sum(axis=1), rtol=3e-6)
+
+
+@needs_c
+@pytest.mark.parametrize("shape", SOFTMAX_SHAPES + [(256, 4096)])
+@pytest.mark.parametrize("scale", [0.1, 5.0, 60.0])
+def test_softmax_rows_c_vs_numpy_bits(shape, scale):
+    x, m = _softmax_case(shape, scale, seed=1)
+    a, b = x.copy(), x.copy()
+    sa, sb = np.empty(shape[0], np.float32), np.empty(shape[0], np.float32)
+    fo.c_softmax_rows(a, m, sa)
+    fo.np_softmax_rows(b, m, sb)
+    assert_same_bits(a, b)
+    assert_same_bits(sa, sb)
+
+
+@impls("softmax_rows")
+def test_softmax_rows_bad_arguments(fn):
+    s = np.zeros((3, 4), np.float32)
+    with pytest.raises(ValueError):
+        fn(s, np.zeros(2, np.float32), np.zeros(3, np.float32))
+    with pytest.raises(ValueError):
+        fn(s.astype(np.float64), np.zeros(3, np.float32), np.zeros(3, np.float32))

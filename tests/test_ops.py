@@ -129,3 +129,11 @@ def test_timestep_embedding_matches_diffusers(dim, flip, shift):
     # sin/cos of t*freq: one float32 ulp of an argument near 1000 is 6e-5.
     close(got, expected, tol=1.3e-4)
     close(got[:2], expected[:2], tol=2e-6)
+
+
+def test_attention_heads_on_worker_threads_match_one_thread():
+    heads, d, L = 6, 16, 70
+    q, k, v = randn(L, heads * d), randn(L, heads * d), randn(L, heads * d)
+    one = ops.attention(q.copy(), k, v, heads, 3, threads=1)
+    for threads in (2, 4):
+        assert np.allclose(ops.attention(q.copy(), k, v, heads, 3, threads=threads), one, rtol=1e-5, atol=1e-6)
