@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from engine import blas, fastops
-from engine.sources import Source
+from engine.sources import Source, silu_
 from engine.weights import Weight, row_chunks
 
 
@@ -113,10 +113,8 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 
 
 
 def silu(x: np.ndarray) -> np.ndarray:
-    t = np.negative(x)
-    np.exp(t, out=t)
-    t += 1.0
-    return np.divide(x, t, out=t)
+    """x * sigmoid(x) as a new array."""
+    return silu_(x.astype(np.float32, copy=True))
 
 
 def geglu(p: np.ndarray) -> np.ndarray:
