@@ -1,5 +1,6 @@
 """Stable Diffusion XL on the streaming engine."""
 
+from engine.sdxl.conditioning import Conditioning, TextEncoders
 from engine.sdxl.unet import UNet
 
-__all__ = ["UNet"]
+__all__ = ["Conditioning", "TextEncoders", "UNet"]
