@@ -15,3 +15,7 @@ class ModelFileError(EngineError):
 
 class InputError(EngineError):
     """Arguments passed to a model have the wrong shape, dtype or values."""
+
+
+class Cancelled(Exception):
+    """A run was asked to stop (a button, a signal); its last checkpoint is intact."""

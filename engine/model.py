@@ -13,11 +13,13 @@ exact order the prefetch thread must read in.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 
 import numpy as np
 
 from engine import ops
+from engine.errors import Cancelled
 from engine.options import Options
 from engine.sources import Normalized, Source
 from engine.trace import OpTrace
@@ -32,6 +34,8 @@ class StreamedModel:
         self.trace = OpTrace(options.ops_printf)
         self.threads = options.threads or os.cpu_count() or 1
         self._recording: list[Group] | None = None
+        self.cancel: threading.Event | None = None
+        """When set, the next op raises Cancelled: a long evaluation stops within one op."""
 
     def close(self) -> None:
         """Stop the prefetch thread and close the weight files."""
@@ -70,6 +74,8 @@ class StreamedModel:
         if self._recording is not None:
             self._recording.append(names)
             return []
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled("stopped on request")
         return self.provider.get(names)
 
     def _param_names(self, name: str) -> Group:

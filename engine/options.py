@@ -42,6 +42,9 @@ class Options:
     weight_chunk_bytes: int = 0
     """With weights="nocache": a weight larger than this in fp32 is read in bands of output
     channels while its op runs, so no whole fp32 copy of it exists (0: read whole)."""
+    cfg_batch: bool = True
+    """Classifier-free guidance as one batch-2 UNet evaluation per step (the weights are
+    read once per step) rather than two batch-1 evaluations (half the activation memory)."""
     ops_printf: bool = False
     """Print every op as it runs: weight bytes, seconds and process RSS."""
 
@@ -81,7 +84,7 @@ PRESETS: dict[str, Options] = {
                    skip_dtype="fp16", kv_dtype="fp16", band_bytes=8 << 20),
     # A Pi Zero 2 W generating 1024x1024: the least memory; plain reads, uint8 skips.
     "rpi-lowmem": Options(weights="nocache", drop_pages=True, weight_chunk_bytes=16 << 20, attention_slices=16,
-                          skip_dtype="uint8", kv_dtype="fp16", band_bytes=4 << 20),
+                          skip_dtype="uint8", kv_dtype="fp16", band_bytes=4 << 20, cfg_batch=False),
 }
 
 

@@ -52,7 +52,13 @@ class UNet(StreamedModel):
         x, t, ctx, text_embeds, time_ids = self._check_inputs(sample, timestep, encoder_hidden_states,
                                                               text_embeds, time_ids)
         cached = self._select_kv(ctx)
-        return self.run_planned(self.plans[cached], lambda: self.forward(x, t, ctx, text_embeds, time_ids))
+        try:
+            return self.run_planned(self.plans[cached], lambda: self.forward(x, t, ctx, text_embeds, time_ids))
+        except BaseException:
+            if self._kv_filling is not None:   # a half-filled K/V entry must not be used later
+                self._kv = OrderedDict((k, v) for k, v in self._kv.items() if v is not self._kv_filling)
+                self._kv_filling = None
+            raise
 
     def forward(self, x: np.ndarray, t: np.ndarray, ctx: np.ndarray, text_embeds: np.ndarray,
                 time_ids: np.ndarray) -> np.ndarray:
