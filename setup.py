@@ -41,5 +41,5 @@ class OptionalBuildExt(build_ext):
 
 setup(
     cmdclass={"build_ext": OptionalBuildExt},
-    cffi_modules=["engine/_kernels_build.py:ffibuilder"],
+    cffi_modules=["engine/_kernels_build.py:ffibuilder", "frame/_dither_build.py:ffibuilder"],
 )

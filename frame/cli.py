@@ -6,6 +6,8 @@ import argparse
 import sys
 
 from engine.errors import EngineError
+from frame.display.commands import add_display_commands
+from frame.display.errors import DisplayError
 
 
 def cmd_models_quantize(args: argparse.Namespace) -> int:
@@ -81,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--output", default="slowframe-demo", help="folder for the outputs (default: %(default)s)")
     demo.add_argument("--ops-printf", action="store_true", help="print every op with its bytes, time and RSS")
     demo.set_defaults(func=cmd_demo)
+
+    add_display_commands(sub)
     return parser
 
 
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except EngineError as e:
+    except (EngineError, DisplayError) as e:
         print(f"slowframe: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
