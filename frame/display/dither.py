@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from frame.display.colour import LUMINANCE, linear_to_lab, linear_to_srgb, srgb_to_linear
+from frame.display.colour import LUMINANCE, linear_to_lab, linear_to_srgb, srgb8_to_linear_f32, srgb_to_linear
 from frame.display.errors import DisplayError
 from frame.display.palette import Palette
 
@@ -107,7 +107,9 @@ def tone_compress(linear: np.ndarray, black: np.ndarray, white: np.ndarray, mode
     """
     if mode not in TONE_MODES:
         raise DisplayError(f"tone {mode!r}: use one of {', '.join(TONE_MODES)}")
-    linear = np.asarray(linear, dtype=np.float64)
+    linear = np.asarray(linear)
+    if linear.dtype not in (np.float32, np.float64):
+        linear = linear.astype(np.float64)
     if mode == "off":
         return linear
     if mode == "stretch":
@@ -119,7 +121,11 @@ def tone_compress(linear: np.ndarray, black: np.ndarray, white: np.ndarray, mode
             scale = np.divide(stretched, lum, out=np.zeros_like(lum), where=~dark)
             linear = np.clip(linear * scale[..., None], 0.0, 1.0)
             linear[dark] = stretched[dark, None]
-    return black + (white - black) * np.clip(linear, 0.0, 1.0)
+    black, white = np.asarray(black, linear.dtype), np.asarray(white, linear.dtype)
+    out = np.clip(linear, 0.0, 1.0)
+    out *= white - black
+    out += black
+    return out
 
 
 # ---------------------------------------------------------------- nearest ink table
@@ -311,5 +317,5 @@ def dither(image, palette: Palette, settings: DitherSettings = DitherSettings())
     """
     method = get_method(settings.method)
     aimed = srgb_to_linear(palette.aimed(settings.saturation))
-    img = tone_compress(srgb_to_linear(_rgb_array(image)), aimed[0], aimed[1], settings.tone)
-    return diffuse(img.astype(np.float32), aimed, colour_table(aimed), method, settings.serpentine)
+    img = tone_compress(srgb8_to_linear_f32(_rgb_array(image)), aimed[0], aimed[1], settings.tone)
+    return diffuse(img, aimed, colour_table(aimed), method, settings.serpentine)
