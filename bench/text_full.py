@@ -4,9 +4,9 @@ OpenCLIP ViT-bigG (695 M) with random weights, encoding a 225-token prompt and a
 negative prompt (3 chunks each: 6 sequences of 77 tokens per encoder).
 
 Compares slowframe's TextEncoders (each preset) with transformers' CLIPTextModel /
-CLIPTextModelWithProjection in float32 on the same weights and token ids: seconds,
-peak RSS (VmHWM of a fresh process per case, imports included) and the agreement of
-all four outputs (Pearson correlation, max abs diff).
+CLIPTextModelWithProjection in float32 on the same weights and token ids: seconds and
+CPU seconds (loading included), peak RSS (VmHWM of a fresh process per case, imports
+included) and the agreement of all four outputs (Pearson correlation, max abs diff).
 
 It needs no download: on first use it writes random SDXL-shaped encoders (fp16, 1.6 GB,
 numpy only) and the CLIP tokenizers in diffusers layout under
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -99,6 +100,11 @@ def _init(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.nda
     return rng.standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(shape[1]))
 
 
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def peak_rss_mb() -> float:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
@@ -111,7 +117,8 @@ def child_slowframe(preset: str) -> dict:
     with TextEncoders.load(MODEL, preset=preset, cache=False) as te:
         c = te.encode(PROMPT, NEGATIVE, emphasis=False)
     seconds = time.perf_counter() - started
-    return dict(seconds=seconds, peak_rss_mb=peak_rss_mb(), outputs={f: getattr(c, f) for f in FIELDS})
+    return dict(seconds=seconds, cpu_seconds=cpu_seconds(), peak_rss_mb=peak_rss_mb(),
+                outputs={f: getattr(c, f) for f in FIELDS})
 
 
 def child_transformers() -> dict:
@@ -140,7 +147,8 @@ def child_transformers() -> dict:
     width = embeds.shape[-1]
     outputs = dict(prompt_embeds=embeds[:chunks].reshape(1, -1, width), negative_embeds=embeds[chunks:].reshape(
         1, -1, width), pooled=pooled[:1], negative_pooled=pooled[chunks:chunks + 1])
-    return dict(seconds=time.perf_counter() - started, peak_rss_mb=peak_rss_mb(), outputs=outputs)
+    return dict(seconds=time.perf_counter() - started, cpu_seconds=cpu_seconds(), peak_rss_mb=peak_rss_mb(),
+                outputs=outputs)
 
 
 def run_child(spec: dict, out: Path) -> dict:
@@ -176,7 +184,8 @@ def main() -> int:
         results[label] = run_child(spec, scratch / f"{label.replace(' ', '-')}.npz")
     reference = results.get("transformers fp32")
     print(f"\n225-token prompt + negative prompt, 3 chunks each (cores: {os.cpu_count()})")
-    print(f"{'case':<18s} {'seconds':>8s} {'peak RSS MB':>12s}  agreement with transformers fp32 (PCC, max |diff|)")
+    print(f"{'case':<18s} {'seconds':>8s} {'CPU s':>7s} {'peak RSS MB':>12s}  agreement with transformers fp32 "
+          "(PCC, max |diff|)")
     for label, r in results.items():
         agreement = ""
         if reference is not None and r is not reference:
@@ -185,7 +194,7 @@ def main() -> int:
                 a, b = r["outputs"][f].astype(np.float64).ravel(), reference["outputs"][f].astype(np.float64).ravel()
                 parts.append(f"{f} {np.corrcoef(a, b)[0, 1]:.7f} {np.abs(a - b).max():.2e}")
             agreement = "; ".join(parts)
-        print(f"{label:<18s} {r['seconds']:8.1f} {r['peak_rss_mb']:12.0f}  {agreement}")
+        print(f"{label:<18s} {r['seconds']:8.1f} {r['cpu_seconds']:7.1f} {r['peak_rss_mb']:12.0f}  {agreement}")
     return 0
 
 

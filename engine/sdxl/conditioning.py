@@ -126,17 +126,22 @@ class TextEncoders:
         negative = None if negative_prompt is None else clean_prompt(negative_prompt, "negative prompt")
         for encoder in self.encoders:
             encoder.hidden_depth(clip_skip)    # an invalid clip_skip fails before any work
-        key = self.cache and self.cache.key(self.model_id, text, negative, clip_skip, bool(emphasis))
-        if self.cache:
-            arrays = self.cache.load(key)
-            if arrays is not None:
-                log.info("conditioning of this prompt read from the cache (%s)", self.cache.folder)
-                return Conditioning(**arrays)
+        if self.cache is None:
+            return self._encode(text, negative, bool(emphasis), clip_skip)
+        key = self.cache.key(self.model_id, text, negative, clip_skip, bool(emphasis))
+        arrays = self.cache.load(key)
+        if arrays is not None:
+            log.info("conditioning of this prompt read from the cache (%s)", self.cache.folder)
+            return Conditioning(**arrays)
+        result = self._encode(text, negative, bool(emphasis), clip_skip)
+        self.cache.save(key, {name: getattr(result, name) for name in FIELDS})
+        return result
 
+    def _encode(self, text: str, negative: str | None, emphasis: bool, clip_skip: int) -> Conditioning:
         prompt_tokens = self._tokens(text, "prompt", emphasis)
         negative_tokens = None if negative is None else self._tokens(negative, "negative prompt", emphasis)
-        chunks = max(chunks_needed(tok, t) for tok, t in
-                     zip(self.tokenizers * 2, prompt_tokens + (negative_tokens or [])))
+        chunks = max(chunks_needed(tok, t) for tokens in (prompt_tokens, negative_tokens or [])
+                     for tok, t in zip(self.tokenizers, tokens))
         states, pooled = [], None
         for i, (tokenizer, encoder) in enumerate(zip(self.tokenizers, self.encoders)):
             ids, weights = to_chunks(tokenizer, prompt_tokens[i], chunks)
@@ -146,18 +151,15 @@ class TextEncoders:
             out = encoder(ids, clip_skip=clip_skip, pooled=i == 1)
             states.append(apply_weights(out.hidden_states, weights))
             pooled = out.pooled
-        embeds = np.concatenate(states, axis=-1)          # (sequences, 77, C)
+        embeds = np.concatenate(states, axis=-1)          # (sequences, 77, C): prompt chunks, then negative's
         width = embeds.shape[-1]
         prompt_embeds = embeds[:chunks].reshape(1, -1, width)
         if negative_tokens is None:
             negative_embeds, negative_pooled = np.zeros_like(prompt_embeds), np.zeros_like(pooled[:1])
         else:
             negative_embeds, negative_pooled = embeds[chunks:].reshape(1, -1, width), pooled[chunks:chunks + 1]
-        result = Conditioning(np.ascontiguousarray(prompt_embeds), np.ascontiguousarray(pooled[:1]),
-                              np.ascontiguousarray(negative_embeds), np.ascontiguousarray(negative_pooled))
-        if self.cache:
-            self.cache.save(key, {name: getattr(result, name) for name in FIELDS})
-        return result
+        return Conditioning(np.ascontiguousarray(prompt_embeds), np.ascontiguousarray(pooled[:1]),
+                            np.ascontiguousarray(negative_embeds), np.ascontiguousarray(negative_pooled))
 
     def _tokens(self, text: str, what: str, emphasis: bool) -> list[WeightedTokens]:
         """The text's tokens through each tokenizer, limited to MAX_CHUNKS chunks; what is
