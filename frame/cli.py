@@ -6,6 +6,9 @@ import argparse
 import sys
 
 from engine.errors import EngineError
+from frame.config import ConfigError
+from frame.control import ControlError
+from frame.daemon_commands import add_daemon_commands
 from frame.display.commands import add_display_commands
 from frame.display.errors import DisplayError
 
@@ -84,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--ops-printf", action="store_true", help="print every op with its bytes, time and RSS")
     demo.set_defaults(func=cmd_demo)
 
+    add_daemon_commands(sub)
+
     add_display_commands(sub)
     return parser
 
@@ -92,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (EngineError, DisplayError) as e:
+    except (EngineError, DisplayError, ConfigError, ControlError) as e:
         print(f"slowframe: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

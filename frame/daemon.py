@@ -1,0 +1,774 @@
+"""`slowframe run`: the frame itself, unattended for months.
+
+One main loop owns all decisions; everything else only posts to its queue:
+
+- the generation runner (a child process, frame.worker) posts Progress / Finished / Failed;
+- the buttons (gpiozero's pin thread) and the control socket post actions;
+- signal handlers only set flags (SIGTERM/SIGINT: stop; SIGHUP: reload), read within a second.
+
+Each ``step`` reads the queue, reloads the config when it changed (a broken edit keeps
+the last good config running and logs every problem), starts the next job or resumes
+the saved one, and puts a finished picture on the panel when the schedule says it is due
+(then into the history). Refreshes happen only here, one at a time, never sooner than
+the display's ``min_interval`` after the previous one; presses during a refresh wait in
+the queue. A separate thread pings the systemd watchdog while this loop is alive.
+
+Failures: a worker killed for memory is retried once with the next lower-memory preset;
+any other failure is logged and the frame moves on to the next theme, backing off when
+failures repeat and putting the error on the panel after FAILURES_ON_PANEL of them (or
+at once for problems only the user can fix, such as a missing model folder).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import logging
+import random
+import queue
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+
+from frame.buttons import ButtonEvent, Buttons, ButtonsUnavailable
+from frame.config import SEARCH_PATH, Config, ConfigError, Problem, ScheduleSettings, Theme, find_config, load_config
+from frame.control import SOCKET_NAME, ControlServer
+from frame.display.errors import DisplayError
+from frame.history import History, write_atomic
+from frame.jobs import Job, JobStore
+from frame.notify import Notifier, Watchdog
+from frame.scheduler import Clock, SystemClock, describe_wait, due_at, quiet_hours_at, quiet_until
+from frame.themes import ThemePicker, choose_prompt
+from frame.worker import DEFAULT_GENERATOR, ChildRunner, Failed, Finished, Progress
+
+log = logging.getLogger("slowframe.daemon")
+
+LOWER_PRESET = {"default": "rpi", "rpi": "rpi-lowmem"}
+CONFIG_POLL_SECONDS = 5.0
+RETRY_SECONDS = 60.0            # display that cannot be opened, model folder that is missing
+FAILURES_ON_PANEL = 3
+BACKOFF_SECONDS = (0, 300, 1800, 7200, 21600)   # after 1, 2, 3, 4, 5+ failures in a row
+BROWSE = ("previous", "next", "latest")
+
+
+class AlreadyRunning(Exception):
+    """Another daemon holds the state directory (two would fight over the panel and the job)."""
+
+
+@dataclass(frozen=True)
+class Action:
+    """Something a person asked for: a button action or a control command."""
+
+    name: str            # skip, regenerate, previous, next, latest, status, reload, image
+    source: str          # "button C (press)", "control socket"
+    image: str | None = None
+
+
+class Daemon:
+    """The frame's main loop and everything it owns. ``run()`` for real; tests drive ``step()``."""
+
+    def __init__(self, config_path: Path | None, state_dir: Path, runtime_dir: Path | None = None, *,
+                 clock: Clock | None = None, rng: random.Random | None = None,
+                 runner_factory: Callable[[Callable[[object], None]], object] | None = None,
+                 generator: str = DEFAULT_GENERATOR,
+                 display_factory: Callable | None = None,
+                 buttons_factory: Callable | None = Buttons,
+                 notifier: Notifier | None = None):
+        self.config_path = Path(config_path) if config_path is not None else None
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
+        self.clock = clock or SystemClock()
+        self.rng = rng or random.Random()
+        self.events: queue.Queue = queue.Queue()
+        self.runner = (runner_factory or (lambda post: ChildRunner(post, generator=generator)))(self.events.put)
+        if display_factory is None:
+            from frame.display import open_display
+
+            display_factory = open_display
+        self.display_factory = display_factory
+        self.buttons_factory = buttons_factory
+        self.notifier = notifier or Notifier()
+        self.jobs = JobStore(self.state_dir)
+
+        self.config: Config | None = None
+        self.config_problems: list[Problem] = []
+        self.display = None
+        self.buttons = None
+        self.history: History | None = None
+        self.picker: ThemePicker | None = None
+        self.current = None                 # JobState
+        self.progress: Progress | None = None
+        self.last_error: str | None = None
+        self.failures = 0
+        self.snapshot: dict = {}
+        self._launched: str | None = None   # the job id the runner is working on
+        self._retry_at: dt.datetime | None = None
+        self._wanted: tuple | None = None   # a screen a person asked for: ("entry", id) / ("status",) / ("image", p)
+        self._error_screen: str | None = None   # an error to put on the panel (automatic, respects quiet hours)
+        self._error_on_panel: str | None = None
+        self._display_failed_at: float | None = None
+        self._fingerprint: tuple | None = None
+        self._next_poll = 0.0
+        self._beat = self.clock.monotonic()
+        self._signals: list[int] = []
+        self._stop = False
+        self._status_line = ""
+        self._control: ControlServer | None = None
+        self._watchdog: Watchdog | None = None
+        self._lock = None
+        state = self._load_state()
+        self.last_new: dt.datetime | None = _parse_time(state.get("last_new"))
+        self.shown_id: str | None = state.get("shown")
+        self.cursor: str | None = state.get("cursor")
+        self._picker_state = state.get("picker") or {}
+
+    # ---------------------------------------------------------------- life cycle
+
+    def run(self) -> int:
+        """Run until SIGTERM/SIGINT; the exit status."""
+        self.install_signal_handlers()
+        self.start()
+        try:
+            while not self._stop:
+                self.step(timeout=1.0)
+        finally:
+            self.shutdown()
+        return 0
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT stop, SIGHUP reloads; the handlers only note the signal for the main loop."""
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, lambda n, _frame: self._signals.append(n))
+
+    def start(self, control: bool = True) -> None:
+        """Load the config, pick up a saved job, open the socket and tell systemd we are ready."""
+        self._lock = open(self.state_dir / "daemon.lock", "a")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise AlreadyRunning(f"another slowframe daemon is using {self.state_dir}; stop it first "
+                                 "(`systemctl stop slowframe`) or give this one its own --state-dir") from None
+        self.reload(initial=True)
+        saved = self.jobs.load()
+        if saved is not None:
+            self.current = saved
+            state = "finished, waiting to be shown" if saved.finished else "resuming from its checkpoints"
+            log.info("found the unfinished job %s (%s: %r, seed %d): %s", saved.job.id, saved.job.theme,
+                     saved.job.prompt, saved.job.seed, state, extra=_fields(saved.job))
+        if control and self.runtime_dir is not None:
+            try:
+                self._control = ControlServer(self.runtime_dir / SOCKET_NAME, self.handle_request).start()
+            except OSError as exc:
+                log.error("cannot open the control socket in %s: %s; `slowframe status` will not work",
+                          self.runtime_dir, exc)
+        interval = self.notifier.watchdog_interval()
+        if interval:
+            self._watchdog = Watchdog(self.notifier, interval, lambda: self._beat, self.clock.monotonic).start()
+            log.info("systemd watchdog: pinging every %.0f s while the main loop is alive", interval / 2)
+        self._publish()
+        self.notifier.ready(self._status_line)
+
+    def shutdown(self) -> None:
+        """Stop cleanly: the worker checkpoints and exits, the pins and socket are freed."""
+        self.notifier.stopping("stopping: saving the job's progress")
+        if self._launched is not None:
+            log.info("stopping the worker; the job resumes from its checkpoint on the next start")
+            self.runner.stop()
+            self._launched = None
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        if self._control is not None:
+            self._control.close()
+        if self.buttons is not None:
+            self.buttons.close()
+        if self.display is not None:
+            self.display.close()
+        self._save_state()
+        if self._lock is not None:
+            self._lock.close()
+
+    # ---------------------------------------------------------------- one turn of the loop
+
+    def step(self, timeout: float = 0.0) -> None:
+        """Handle what arrived (waiting up to ``timeout`` s for something), then move the frame on."""
+        self._beat = self.clock.monotonic()
+        self._handle_signals()
+        if self._stop:
+            return
+        if self.clock.monotonic() >= self._next_poll:
+            self._next_poll = self.clock.monotonic() + CONFIG_POLL_SECONDS
+            if self._config_changed():
+                self.reload()
+        try:
+            first = self.events.get(timeout=timeout) if timeout > 0 else self.events.get_nowait()
+        except queue.Empty:
+            first = None
+        if first is not None:
+            self._handle(first)
+            while True:
+                try:
+                    self._handle(self.events.get_nowait())
+                except queue.Empty:
+                    break
+        if not self._stop:
+            self._advance()
+        self._publish()
+
+    def _handle_signals(self) -> None:
+        while self._signals:
+            signum = self._signals.pop(0)
+            if signum == signal.SIGHUP:
+                log.info("SIGHUP: reloading the config")
+                self.reload()
+            else:
+                log.info("%s: stopping", signal.Signals(signum).name)
+                self._stop = True
+
+    def _handle(self, event) -> None:
+        if isinstance(event, ButtonEvent):
+            event = Action(event.action, f"button {event.button} ({event.kind})")
+        if isinstance(event, Action):
+            self._act(event)
+        elif isinstance(event, Progress):
+            if self.current is not None and event.job_id == self.current.job.id:
+                if event.resumed_from and self.progress is None:
+                    log.info("job %s resumed from step %d of %d", event.job_id, event.resumed_from, event.steps,
+                             extra=_fields(self.current.job))
+                self.progress = event
+                if event.seconds_per_step:
+                    self.current.seconds_per_step = event.seconds_per_step
+        elif isinstance(event, Finished):
+            self._finished(event)
+        elif isinstance(event, Failed):
+            self._failed(event)
+
+    # ---------------------------------------------------------------- the config
+
+    def reload(self, initial: bool = False) -> bool:
+        """Load the config again; on errors keep the last good one and log every problem."""
+        if not initial:
+            self.notifier.reloading()
+        try:
+            path = find_config(self.config_path)
+            config = load_config(path) if path is not None else Config.defaults()
+        except ConfigError as exc:
+            self.config_problems = exc.problems
+            errors = [p for p in exc.problems if p.severity == "error"]
+            keeping = "keeping the last good config" if self.config is not None else "waiting for a fix"
+            log.error("the config has %d error(s); %s:", len(errors), keeping)
+            for problem in exc.problems:
+                (log.error if problem.severity == "error" else log.warning)("%s", problem)
+            if self.config is None:
+                self._show_config_errors(errors)
+            self._fingerprint = self._current_fingerprint()
+            if not initial:
+                self.notifier.ready(self._status_line)
+            return False
+        if path is None:
+            log.warning("no config file at %s; running on the built-in defaults",
+                        " or ".join(str(p) for p in SEARCH_PATH))
+        for problem in config.warnings:
+            log.warning("%s", problem)
+        self.config_problems = []
+        self._apply(config)
+        self._fingerprint = self._current_fingerprint()
+        log.info("config %s: %d theme(s), %s", path or "<built-in>", len(config.themes),
+                 "continuous" if not config.schedule.times
+                 else "new pictures at " + ", ".join(f"{t:%H:%M}" for t in config.schedule.times))
+        if not initial:
+            self.notifier.ready(self._status_line)
+        return True
+
+    def _apply(self, config: Config) -> None:
+        old, self.config = self.config, config
+        logging.getLogger().setLevel(config.log_level.upper())
+        if old is None or old.display != config.display:
+            if self.display is not None:
+                self.display.close()
+                self.display = None
+            self._display_failed_at = None
+            self._open_display()
+        if old is None or old.buttons != config.buttons or old.display != config.display:
+            self._open_buttons()
+        if old is None or old.history != config.history:
+            self.history = History(config.history.folder or self.state_dir / "history",
+                                   config.history.keep, config.history.max_mb)
+            self.history.prune()
+        if old is None or old.order != config.order:
+            self.picker = ThemePicker(config.order, self._picker_state if old is None else self.picker.state)
+        if self._error_on_panel and self._error_on_panel.startswith("config"):
+            self._error_on_panel = None
+        if self._error_screen and self._error_screen.startswith("config"):
+            self._error_screen = None
+        self._retry_at = None   # a changed config deserves a fresh try
+
+    def _watched(self) -> list[Path]:
+        if self.config is not None and self.config.watched_files:
+            files = list(self.config.watched_files)
+        else:
+            files = []
+        if self.config_path is not None:
+            files.append(self.config_path)
+        else:
+            files.extend(SEARCH_PATH)
+        return files
+
+    def _current_fingerprint(self) -> tuple:
+        import hashlib
+
+        prints = []
+        for path in dict.fromkeys(self._watched()):
+            try:
+                prints.append((str(path), hashlib.sha256(Path(path).read_bytes()).hexdigest()))
+            except OSError:
+                prints.append((str(path), None))
+        return tuple(prints)
+
+    def _config_changed(self) -> bool:
+        return self._fingerprint is not None and self._current_fingerprint() != self._fingerprint
+
+    def _show_config_errors(self, errors: list[Problem]) -> None:
+        if self.display is None:
+            try:
+                from frame.display.config import DisplayConfig
+
+                self.display = self.display_factory(DisplayConfig())
+            except (DisplayError, OSError) as exc:
+                log.warning("cannot show the config errors on the panel: %s", exc)
+                return
+        lines = [f"line {p.line}: {p.message}" for p in errors[:6]]
+        more = f"\n... and {len(errors) - 6} more (slowframe config check)" if len(errors) > 6 else ""
+        self._error_screen = f"config: {errors[0].file} has errors:\n" + "\n".join(lines) + more
+
+    # ---------------------------------------------------------------- hardware
+
+    def _open_display(self) -> None:
+        if self.display is not None or self.config is None:
+            return
+        now = self.clock.monotonic()
+        if self._display_failed_at is not None and now - self._display_failed_at < RETRY_SECONDS:
+            return
+        try:
+            self.display = self.display_factory(self.config.display)
+            self._display_failed_at = None
+            log.info("display: %s, pictures generated at %dx%d", self.display.panel.title,
+                     *self.display.generation_size())
+        except (DisplayError, OSError, RuntimeError) as exc:
+            if self._display_failed_at is None:
+                log.error("display: %s (trying again every %.0f s)", exc, RETRY_SECONDS)
+            self._display_failed_at = now
+
+    def _open_buttons(self) -> None:
+        if self.buttons is not None:
+            self.buttons.close()
+            self.buttons = None
+        settings = self.config.buttons
+        if not settings.enabled or self.buttons_factory is None:
+            return
+        panel = self.display.panel.name if self.display is not None else (
+            self.config.display.panel if self.config.display.panel != "auto" else None)
+        pins = settings.pins_for(panel)
+        try:
+            self.buttons = self.buttons_factory(settings, pins, self.events.put)
+            log.info("buttons: %s", ", ".join(f"{s.name} (GPIO {pins[s.name]}) press={s.press} hold={s.hold}"
+                                              for s in settings.buttons))
+        except ButtonsUnavailable as exc:
+            log.warning("buttons: %s; running without them (`slowframe skip` etc. still work)", exc)
+
+    # ---------------------------------------------------------------- actions
+
+    def handle_request(self, request: dict) -> dict:
+        """A control-socket request (runs on the socket's thread: only reads the snapshot or queues)."""
+        command = request["command"]
+        if command == "status":
+            return {"ok": True, **self.snapshot}
+        if command in ("skip", "regenerate", "reload"):
+            self.events.put(Action(command, "control socket"))
+            return {"ok": True, "message": f"{command}: queued"}
+        if command == "show":
+            which, image = request.get("which"), request.get("image")
+            if image is not None:
+                self.events.put(Action("image", "control socket", image=str(image)))
+                return {"ok": True, "message": f"showing {image} next"}
+            if which in BROWSE or which == "status":
+                self.events.put(Action(which, "control socket"))
+                return {"ok": True, "message": f"show {which}: queued"}
+            return {"ok": False, "message": f"show what? use one of {', '.join(BROWSE)} or an image path"}
+        return {"ok": False, "message": f"unknown command {command!r}; use status, skip, regenerate, show, reload"}
+
+    def _act(self, action: Action) -> None:
+        log.info("%s: %s", action.source, action.name)
+        if action.name == "none":
+            return
+        if action.name == "reload":
+            self.reload()
+        elif action.name == "skip":
+            self._abandon("skipped")
+        elif action.name == "regenerate":
+            theme = self._theme_on_panel()
+            self._abandon("replaced by a new picture of the same theme")
+            if theme is not None and self.config is not None:
+                self._new_job(theme, requested=True)
+        elif action.name in BROWSE:
+            self._browse(action.name)
+        elif action.name == "status":
+            self._wanted = ("status",)
+        elif action.name == "image":
+            self._wanted = ("image", action.image)
+
+    def _theme_on_panel(self) -> Theme | None:
+        if self.config is None:
+            return None
+        entry = self.history.get(self.shown_id) if self.shown_id and self.history else None
+        name = entry.theme if entry is not None else (self.current.job.theme if self.current else None)
+        theme = self.config.theme(name) if name else None
+        if theme is None:
+            log.info("regenerate: theme %r is no longer in the config; making the next theme instead", name)
+        return theme
+
+    def _abandon(self, why: str) -> None:
+        """Drop the current job; a finished but unshown picture still goes into the history."""
+        if self.current is None:
+            return
+        job = self.current.job
+        if self._launched is not None:
+            self.runner.stop()
+            self._launched = None
+        if self.current.finished and self.jobs.result_path.exists() and self.history is not None:
+            self._store(self.current, shown=False)
+        log.info("job %s (%s: %r) %s", job.id, job.theme, job.prompt, why, extra=_fields(job))
+        self.jobs.clear()
+        self.current = None
+        self.progress = None
+
+    def _browse(self, which: str) -> None:
+        entries = self.history.entries() if self.history is not None else []
+        if not entries:
+            log.info("show %s: there are no pictures in the history yet", which)
+            return
+        ids = [e.id for e in entries]
+        at = ids.index(self.cursor) if self.cursor in ids else len(ids) - 1
+        target = {"previous": max(0, at - 1), "next": min(len(ids) - 1, at + 1), "latest": len(ids) - 1}[which]
+        if self.cursor in ids and target == at and self.shown_id == ids[target] and self._wanted is None:
+            log.info("show %s: already at the %s picture", which, "oldest" if which == "previous" else "newest")
+            return
+        self.cursor = ids[target]
+        self._wanted = ("entry", ids[target])
+        self._save_state()
+
+    # ---------------------------------------------------------------- moving the frame on
+
+    def _advance(self) -> None:
+        if self.config is None:
+            self._show_pending_error()
+            return
+        self._open_display()
+        if self._wanted is not None:
+            self._show_wanted()
+        if self.current is not None and self.current.finished:
+            self._show_when_due()
+        if self.current is None:
+            self._start_next()      # straight after a picture went up: the next one is made ahead
+        elif self.current.finished is None and self._launched is None:
+            self._launch()          # a job found at start-up, or one retried with another preset
+        self._show_pending_error()
+
+    def _start_next(self) -> None:
+        now = self.clock.now()
+        if self._retry_at is not None and now < self._retry_at:
+            return
+        model = self.config.model.path
+        if not model.exists():
+            message = (f"No model at {model}.\nCopy an SDXL model folder there (`slowframe models import` makes "
+                       f"one from a .safetensors file) or set model.path in {self.config.source or 'the config'}. "
+                       f"The frame looks again every minute.")
+            if self.last_error != message:
+                log.error("%s", " ".join(message.split()))
+                self.last_error = message
+                self._error_screen = message
+            self._retry_at = now + dt.timedelta(seconds=RETRY_SECONDS)
+            return
+        if self.display is None:
+            return   # the picture's size depends on the panel; the display is retried
+        self._new_job(None, requested=False)
+
+    def _new_job(self, theme: Theme | None, requested: bool) -> None:
+        config = self.config
+        if theme is None:
+            name = self.picker.next([t.name for t in config.themes], [t.weight for t in config.themes], self.rng)
+            theme = config.theme(name)
+        if theme.size is None and self.display is None:
+            return   # the panel decides the size; the next turn tries again once the display works
+        recent = self.history.recent_prompts(config.no_repeat)
+        prompt, seed = choose_prompt(theme.templates, config.wildcards, recent, self.rng)
+        width, height = theme.size or self.display.generation_size()
+        now = self.clock.now()
+        job = Job(id=f"{now:%Y%m%d-%H%M%S}-{self.rng.getrandbits(24):06x}", theme=theme.name, prompt=prompt,
+                  negative=theme.negative, seed=seed, steps=theme.steps, guidance=theme.guidance,
+                  sampler=theme.sampler, width=width, height=height, model=str(config.model.path),
+                  preset=config.model.preset, lora=str(theme.lora) if theme.lora else None,
+                  lora_weight=theme.lora_weight, requested=requested, created=_iso(now))
+        self.current = self.jobs.begin(job, started=_iso(now))
+        self._save_state()
+        log.info("new job %s: %s: %r (seed %d, %d steps, %dx%d, %s)", job.id, job.theme, job.prompt, job.seed,
+                 job.steps, job.width, job.height, job.sampler, extra=_fields(job))
+        self._launch()
+
+    def _launch(self) -> None:
+        job = self.current.job
+        self.progress = None
+        self.runner.start(job, self.jobs.checkpoint_dir, self.jobs.result_path, self.jobs.folder / "worker.lock")
+        self._launched = job.id
+
+    def _finished(self, event: Finished) -> None:
+        if self.current is None or event.job_id != self.current.job.id:
+            return
+        self._launched = None
+        state = self.current
+        state.finished = _iso(self.clock.now())
+        state.seconds_per_step = event.seconds_per_step or state.seconds_per_step
+        state.metadata = event.metadata
+        self.jobs.save(state)
+        self.failures = 0
+        self._retry_at = None
+        self.last_error = None
+        if self._error_on_panel is not None and not self._error_on_panel.startswith("config"):
+            self._error_on_panel = None
+        log.info("job %s finished (%s s per step)", state.job.id,
+                 f"{state.seconds_per_step:.1f}" if state.seconds_per_step else "?", extra=_fields(state.job))
+
+    def _failed(self, event: Failed) -> None:
+        if self.current is None or event.job_id != self.current.job.id or self._launched != event.job_id:
+            return
+        self._launched = None
+        state = self.current
+        job = state.job
+        if event.cancelled:
+            return
+        if event.oom and state.oom_retries == 0 and job.preset in LOWER_PRESET:
+            lower = LOWER_PRESET[job.preset]
+            log.warning("job %s: %s with preset %s; trying once more with %s (starting over)", job.id,
+                        event.message, job.preset, lower, extra=_fields(job))
+            self.current = self.jobs.change_preset(state, lower)
+            return
+        self.failures += 1
+        self.last_error = f"{job.theme}: {event.message}"
+        log.error("job %s (%s: %r) failed: %s (exit status %s); moving on to the next theme", job.id, job.theme,
+                  job.prompt, event.message, event.exit_code, extra=_fields(job))
+        self.jobs.clear()
+        self.current = None
+        self.progress = None
+        wait = BACKOFF_SECONDS[min(self.failures, len(BACKOFF_SECONDS)) - 1]
+        self._retry_at = self.clock.now() + dt.timedelta(seconds=wait) if wait else None
+        if self.failures >= FAILURES_ON_PANEL or event.user_error:
+            self._error_screen = (f"{self.failures} picture(s) in a row failed. The last error:\n{event.message}"
+                                  + (f"\nNext try {describe_wait(self._retry_at, self.clock.now())}."
+                                     if self._retry_at else ""))
+
+    def _show_when_due(self) -> None:
+        state = self.current
+        now = self.clock.now()
+        ready = _parse_time(state.finished) or now
+        due = quiet_until(self.config.schedule, ready) if state.job.requested else \
+            due_at(self.config.schedule, ready, self.last_new)
+        if now < due or self.display is None or self.display.seconds_until_ready() > 0:
+            return
+        try:
+            image = Image.open(self.jobs.result_path)
+            image.load()
+        except OSError as exc:
+            log.error("job %s: its picture cannot be read (%s); making it again", state.job.id, exc)
+            state.finished = None
+            self.jobs.save(state)
+            return
+        if self._refresh(lambda: self.display.show(image, caption=state.job.prompt), f"the new picture {state.job.id}"):
+            self.last_new = now
+        entry = self._store(state, shown=True)
+        self.shown_id = self.cursor = entry.id
+        self._error_on_panel = None
+        self.jobs.clear()
+        self.current = None
+        self.progress = None
+        self._save_state()
+
+    def _store(self, state, shown: bool):
+        job = state.job
+        record = {**job.to_json(), "started": state.started, "finished": state.finished,
+                  "seconds_per_step": state.seconds_per_step, "shown": _iso(self.clock.now()) if shown else None,
+                  "pipeline": state.metadata}
+        record.pop("requested", None)
+        record.pop("created", None)
+        finished = _parse_time(state.finished) or self.clock.now()
+        image = Image.open(self.jobs.result_path)
+        entry = self.history.add(image, record, f"{finished:%Y%m%d-%H%M%S}")
+        log.info("history: %s%s", entry.id, "" if shown else " (not shown)", extra=_fields(job))
+        return entry
+
+    def _show_wanted(self) -> None:
+        if self.display is None or self.display.seconds_until_ready() > 0:
+            return
+        wanted, self._wanted = self._wanted, None
+        if wanted[0] == "entry":
+            entry = self.history.get(wanted[1])
+            if entry is None:
+                return
+            image = Image.open(entry.image)
+            image.load()
+            if self._refresh(lambda: self.display.show(image, caption=entry.prompt), f"picture {entry.id}"):
+                self.shown_id = entry.id
+        elif wanted[0] == "status":
+            from frame.display.text import error_screen
+
+            screen = error_screen(self.status_text(), self.display.size, title="slowframe status",
+                                  footer=f"{self.clock.now():%Y-%m-%d %H:%M} - the next picture replaces this")
+            if self._refresh(lambda: self.display.show(screen), "the status screen"):
+                self.shown_id = None
+        elif wanted[0] == "image":
+            try:
+                image = Image.open(wanted[1])
+                image.load()
+            except OSError as exc:
+                log.error("show %s: %s", wanted[1], exc)
+                return
+            if self._refresh(lambda: self.display.show(image), wanted[1]):
+                self.shown_id = None
+        self._error_on_panel = None
+        self._save_state()
+
+    def _show_pending_error(self) -> None:
+        message = self._error_screen
+        if message is None or message == self._error_on_panel or self.display is None:
+            return
+        if quiet_hours_at(self._schedule(), self.clock.now()) or self.display.seconds_until_ready() > 0:
+            return
+        self._error_screen = None
+        if self._refresh(lambda: self.display.show_error(message), "an error screen"):
+            self._error_on_panel = message
+            self.shown_id = None
+
+    def _schedule(self) -> ScheduleSettings:
+        return self.config.schedule if self.config is not None else ScheduleSettings()
+
+    def _refresh(self, show: Callable[[], object], what: str) -> bool:
+        """Run one refresh; a panel that fails is logged, never fatal. True when it worked."""
+        self.notifier.status(f"refreshing the panel: {what}")
+        try:
+            show()
+        except (DisplayError, OSError) as exc:
+            log.error("display: could not show %s: %s", what, exc)
+            return False
+        log.info("display: showing %s", what)
+        return True
+
+    # ---------------------------------------------------------------- status
+
+    def _publish(self) -> None:
+        snapshot = self._snapshot()
+        self.snapshot = snapshot
+        if snapshot["message"] != self._status_line:
+            self._status_line = snapshot["message"]
+            self.notifier.status(self._status_line)
+
+    def _snapshot(self) -> dict:
+        now = self.clock.now()
+        out: dict = {"config": str(self.config.source) if self.config and self.config.source else None,
+                     "config_errors": [str(p) for p in self.config_problems if p.severity == "error"],
+                     "last_error": self.last_error, "shown": self.shown_id, "job": None}
+        entries = self.history.entries() if self.history is not None else []
+        if entries:
+            last = entries[-1]
+            out["last_picture"] = {"id": last.id, "theme": last.theme, "prompt": last.prompt,
+                                   "image": str(last.image), "finished": last.record.get("finished")}
+        if self.current is not None:
+            job = self.current.job
+            info = {"id": job.id, "theme": job.theme, "prompt": job.prompt, "seed": job.seed, "steps": job.steps,
+                    "size": f"{job.width}x{job.height}", "preset": job.preset,
+                    "seconds_per_step": self.current.seconds_per_step}
+            if self.current.finished:
+                ready = _parse_time(self.current.finished) or now
+                due = quiet_until(self._schedule(), ready) if job.requested else \
+                    due_at(self._schedule(), ready, self.last_new)
+                info.update(state="ready", due=_iso(due))
+                message = f"{job.theme}: ready, shown {describe_wait(due, now) if due > now else 'now'}"
+            else:
+                step = self.progress.step if self.progress else 0
+                per_step = (self.progress.seconds_per_step if self.progress else None) or \
+                    self.current.seconds_per_step
+                eta = (job.steps - step) * per_step if per_step else None
+                info.update(state="generating", step=step, eta_seconds=eta)
+                message = f"{job.theme}: step {step}/{job.steps}" + (f", {_duration(eta)} left" if eta else "")
+            out["job"] = info
+        elif self.config is None:
+            message = "config has errors: " + (self.config_problems[0].message if self.config_problems else "?")
+        elif self.last_error and self._retry_at:
+            message = f"error: {self.last_error}; next try {describe_wait(self._retry_at, now)}"
+        else:
+            message = "idle"
+        if self.config_problems and self.config is not None:
+            message += f" (config has {len(out['config_errors'])} error(s); running the last good one)"
+        out["message"] = message
+        return out
+
+    def status_text(self) -> str:
+        """The status as lines for people (the status screen)."""
+        s = self.snapshot or self._snapshot()
+        lines = [s["message"]]
+        if s.get("job"):
+            lines.append(f"prompt: {s['job']['prompt']} (seed {s['job']['seed']})")
+        if s.get("last_picture"):
+            lines.append(f"last picture: {s['last_picture']['id']}: {s['last_picture']['prompt']}")
+        lines.append(f"pictures kept: {len(self.history.entries()) if self.history else 0}")
+        if s.get("last_error"):
+            lines.append(f"last error: {s['last_error']}")
+        lines += [f"config: {e}" for e in s["config_errors"][:3]]
+        if self.config is not None:
+            lines.append(f"model: {self.config.model.path} ({self.config.model.preset})")
+        return "\n".join(lines)
+
+    # ---------------------------------------------------------------- saved state
+
+    @property
+    def _state_path(self) -> Path:
+        return self.state_dir / "state.json"
+
+    def _load_state(self) -> dict:
+        try:
+            return json.loads(self._state_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def _save_state(self) -> None:
+        state = {"last_new": _iso(self.last_new) if self.last_new else None, "shown": self.shown_id,
+                 "cursor": self.cursor, "picker": self.picker.state if self.picker else self._picker_state}
+        write_atomic(self._state_path, (json.dumps(state, indent=2) + "\n").encode())
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.isoformat(timespec="seconds")
+
+
+def _parse_time(text: str | None) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
+
+def _duration(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    if minutes < 1:
+        return f"{int(seconds)} s"
+    if minutes < 60:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def _fields(job: Job) -> dict:
+    """Journal fields for log lines about a job."""
+    return {"SLOWFRAME_JOB": job.id, "SLOWFRAME_THEME": job.theme, "SLOWFRAME_SEED": str(job.seed)}

@@ -1,0 +1,343 @@
+"""Generation in a child process: the daemon stays responsive and survives whatever happens to it.
+
+``ChildRunner`` (in the daemon) starts ``python -m frame.worker`` for one job, feeds it the
+job as JSON on stdin and turns its output into events: Progress, Finished, Failed.
+
+The worker (this module's ``main``):
+
+- lowers its CPU and I/O priority (nice 19, idle I/O class) and volunteers for the OOM
+  killer (oom_score_adj 1000), so buttons, the watchdog and refreshes stay responsive
+  and a memory shortage kills the worker, never the daemon;
+- dies with the daemon (PR_SET_PDEATHSIG), and takes a lock on the job so a worker
+  left over from a killed daemon finishes checkpointing before the next one starts;
+- loads the generator named "module:callable" (default: the SDXL pipeline), calls
+  ``generate(..., checkpoint_dir=..., on_progress=...)`` and writes the picture;
+- on SIGTERM asks the generator to stop (``cancel`` event, or ``on_progress`` returning
+  False) and otherwise stops it where it is: checkpoints are written atomically, so
+  the job resumes from the newest one.
+
+Its stdout carries one JSON object per line for the daemon (anything the generator
+prints goes to stderr, which the daemon logs). Exit status: 0 done, 1 a problem the user
+can fix (message in the "error" line), 3 an internal error, 75 cancelled, 137 out of
+memory (MemoryError; the kernel's OOM killer shows as SIGKILL).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import importlib
+import inspect
+import json
+import logging
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from frame.jobs import Job
+
+DEFAULT_GENERATOR = "frame.worker:load_sdxl"
+EXIT_OK, EXIT_USER, EXIT_INTERNAL, EXIT_CANCELLED, EXIT_OOM = 0, 1, 3, 75, 137
+_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "armv7l": 314, "armv6l": 314, "i686": 289}
+
+log = logging.getLogger("slowframe.worker")
+
+
+def load_sdxl(model: str, preset: str, loras: list[tuple[str, float]]):
+    """The default generator: the in-tree SDXL pipeline."""
+    from engine.sdxl import Pipeline
+
+    if loras:
+        return Pipeline.load(model, preset=preset, loras=loras)
+    return Pipeline.load(model, preset=preset)
+
+
+# ---------------------------------------------------------------- events for the daemon
+
+@dataclass(frozen=True)
+class Progress:
+    job_id: str
+    step: int
+    steps: int
+    seconds_per_step: float | None
+    resumed_from: int | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    job_id: str
+    output: Path
+    metadata: dict
+    seconds_per_step: float | None
+
+
+@dataclass(frozen=True)
+class Failed:
+    job_id: str
+    message: str
+    exit_code: int | None
+    oom: bool = False
+    cancelled: bool = False
+    user_error: bool = False
+
+
+class ChildRunner:
+    """Runs one job at a time in ``python -m frame.worker``; events go to ``post``."""
+
+    def __init__(self, post: Callable[[object], None], generator: str = DEFAULT_GENERATOR,
+                 python: str = sys.executable, env: Mapping[str, str] | None = None, term_timeout: float = 10.0):
+        self.post = post
+        self.generator = generator
+        self.python = python
+        self.env = dict(os.environ if env is None else env)
+        self.term_timeout = term_timeout
+        self._proc: subprocess.Popen | None = None
+        self._job: Job | None = None
+        self._stopping = False
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def job_id(self) -> str | None:
+        return self._job.id if self._job is not None and self._proc is not None else None
+
+    def start(self, job: Job, checkpoint_dir: Path, output: Path, lock: Path) -> None:
+        if self.running:
+            raise RuntimeError("a job is already running")
+        request = {"generator": self.generator, "job": job.to_json(), "checkpoint_dir": str(checkpoint_dir),
+                   "output": str(output), "lock": str(lock), "parent": os.getpid()}
+        self._job = job
+        self._stopping = False
+        self._proc = subprocess.Popen([self.python, "-m", "frame.worker"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
+                                      start_new_session=True, close_fds=True)
+        proc = self._proc
+        proc.stdin.write(json.dumps(request).encode())
+        proc.stdin.close()
+        threading.Thread(target=self._log_stderr, args=(proc, job.id), daemon=True,
+                         name="slowframe-worker-log").start()
+        threading.Thread(target=self._read, args=(proc, job), daemon=True, name="slowframe-worker-read").start()
+
+    def stop(self) -> None:
+        """Stop the job (it keeps its checkpoints): SIGTERM, then SIGKILL after ``term_timeout`` s."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        self._stopping = True
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(self.term_timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("the worker did not stop within %.0f s of SIGTERM; killing it", self.term_timeout)
+            proc.kill()
+            proc.wait()
+
+    def _log_stderr(self, proc: subprocess.Popen, job_id: str) -> None:
+        for raw in proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                log.info("%s", line, extra={"SLOWFRAME_JOB": job_id})
+
+    def _read(self, proc: subprocess.Popen, job: Job) -> None:
+        done: dict | None = None
+        error: dict | None = None
+        for raw in proc.stdout:
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                log.warning("worker: unreadable line %r", raw[:200])
+                continue
+            kind = event.get("event")
+            if kind == "progress":
+                self.post(Progress(job.id, int(event["step"]), int(event["steps"]), event.get("seconds_per_step"),
+                                   event.get("resumed_from")))
+            elif kind == "done":
+                done = event
+            elif kind == "error":
+                error = event
+        code = proc.wait()
+        if done is not None and code == EXIT_OK:
+            self.post(Finished(job.id, Path(done["output"]), dict(done.get("metadata") or {}),
+                               done.get("seconds_per_step")))
+            return
+        if self._stopping or code == EXIT_CANCELLED:   # asked by us, or SIGTERM from outside (it resumes)
+            self.post(Failed(job.id, "stopped", code, cancelled=True))
+        elif code in (-signal.SIGKILL, EXIT_OOM):
+            self.post(Failed(job.id, "the generator ran out of memory" + (
+                " (killed by the kernel's OOM killer)" if code == -signal.SIGKILL else ""), code, oom=True))
+        elif error is not None:
+            self.post(Failed(job.id, str(error.get("message")), code, user_error=code == EXIT_USER))
+        elif code is not None and code < 0:
+            self.post(Failed(job.id, f"the generator was killed by signal {signal.Signals(-code).name}", code))
+        else:
+            self.post(Failed(job.id, f"the generator exited with status {code} without a picture", code))
+
+
+# ---------------------------------------------------------------- the child process
+
+class Cancelled(Exception):
+    """SIGTERM arrived: stop now, the checkpoints are durable."""
+
+
+def _protocol_stream():
+    """The real stdout for our JSON lines; fd 1 becomes stderr so stray prints cannot corrupt them."""
+    out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return out
+
+
+def _die_with_parent(parent: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:   # the daemon died before prctl took effect
+        raise Cancelled()
+
+
+def _lower_priority() -> None:
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, 19)
+    except OSError:
+        pass
+    number = _IOPRIO_SET.get(platform.machine())
+    if number is not None:
+        try:
+            ctypes.CDLL(None, use_errno=True).syscall(number, 1, 0, 3 << 13)   # IOPRIO_WHO_PROCESS, self, CLASS_IDLE
+        except (OSError, AttributeError):
+            pass
+    try:
+        Path("/proc/self/oom_score_adj").write_text("1000")
+    except OSError:
+        pass
+
+
+def _load_generator(spec: str) -> Callable:
+    module_name, _, attr = spec.partition(":")
+    obj = importlib.import_module(module_name)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+def _field(progress, *names):
+    for name in names:
+        value = progress.get(name) if isinstance(progress, Mapping) else getattr(progress, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+class StopRequest:
+    """SIGTERM's flag; ``graceful`` once the generator takes ``cancel`` and will stop by itself."""
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.graceful = False
+
+
+def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> int:
+    """Run one job; the whole child process's work, separate from process set-up for testing."""
+    cancel = stop.event
+    job = Job.from_json(request["job"])
+    checkpoint_dir = Path(request["checkpoint_dir"])
+    output = Path(request["output"])
+    loras = [(job.lora, job.lora_weight)] if job.lora else []
+    generator = _load_generator(request["generator"])(job.model, job.preset, loras)
+    generate = generator.generate
+    params = inspect.signature(generate).parameters
+    timing = {"last": None, "per_step": None, "first": True}
+
+    def on_progress(progress) -> bool:
+        step = int(_field(progress, "step", "index"))
+        steps = int(_field(progress, "steps", "total"))
+        now = time.monotonic()
+        resumed = _field(progress, "resumed_from")
+        if timing["last"] is not None and not timing["first"]:
+            delta = now - timing["last"]
+            timing["per_step"] = delta if timing["per_step"] is None else 0.7 * timing["per_step"] + 0.3 * delta
+        timing["first"] = timing["last"] is None
+        timing["last"] = now
+        per_step = _field(progress, "seconds_per_step") or timing["per_step"]
+        emit({"event": "progress", "step": step, "steps": steps, "seconds_per_step": per_step,
+              "resumed_from": resumed})
+        return not cancel.is_set()
+
+    kwargs = dict(negative_prompt=job.negative or None, steps=job.steps, guidance=job.guidance, seed=job.seed,
+                  width=job.width, height=job.height, sampler=job.sampler, checkpoint_dir=str(checkpoint_dir),
+                  on_progress=on_progress)
+    if job.sampler == "turbo":   # the config's name for the pipeline's SDXL-Turbo mode
+        kwargs.update(sampler="euler_a", turbo=True)
+    if "cancel" in params:
+        kwargs["cancel"] = cancel
+        stop.graceful = True
+    started = time.monotonic()
+    result = generate(job.prompt, **kwargs)
+    if cancel.is_set():
+        raise Cancelled()
+    image = getattr(result, "image", result)
+    metadata = getattr(result, "metadata", None) or {}
+    tmp = output.with_name(f".{output.name}.tmp")
+    image.save(tmp, format="PNG")
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, output)
+    per_step = timing["per_step"] or (time.monotonic() - started) / max(1, job.steps)
+    emit({"event": "done", "output": str(output), "seconds_per_step": per_step,
+          "metadata": json.loads(json.dumps(dict(metadata), default=str))})
+    return EXIT_OK
+
+
+def main() -> int:
+    request = json.load(sys.stdin)
+    protocol = _protocol_stream()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    stop = StopRequest()
+
+    def emit(event: dict) -> None:
+        protocol.write(json.dumps(event) + "\n")
+
+    def on_term(signum, frame) -> None:
+        if stop.event.is_set() or not stop.graceful:
+            raise Cancelled()          # not (yet) in a generator that stops by itself, or a second SIGTERM
+        stop.event.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C in the daemon's terminal is the daemon's business
+    try:
+        _die_with_parent(int(request.get("parent", os.getppid())))
+        _lower_priority()
+        with open(request["lock"], "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)   # a worker left over from a killed daemon finishes first
+            return run_job(request, emit, stop)
+    except Cancelled:
+        return EXIT_CANCELLED
+    except MemoryError:
+        emit({"event": "error", "message": "out of memory"})
+        return EXIT_OOM
+    except Exception as exc:   # reported to the daemon, which logs it and moves on
+        from engine.errors import EngineError
+
+        if stop.event.is_set():
+            return EXIT_CANCELLED      # the generator's own way of stopping on ``cancel``
+        user = isinstance(exc, (EngineError, OSError))   # bad or missing model files, paths, permissions
+        if not user:
+            traceback.print_exc()
+        emit({"event": "error", "message": str(exc) or type(exc).__name__})
+        return EXIT_USER if user else EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Fakes for the frame's tests: a generator honouring the Pipeline contract, a clock, a runner.
+
+``FakePipeline`` behaves like engine.sdxl.Pipeline where the daemon can tell: it reports
+progress after every step, writes an atomic checkpoint after every step into
+``checkpoint_dir`` and resumes from it to the same picture, stops within a step when
+``cancel`` is set (raising engine.errors.Cancelled), and returns an image of the asked
+size with metadata. Its behaviour comes from ``fake.json`` in the "model" folder:
+``step_seconds`` (time per step), ``oom_presets`` (presets under which it dies as the
+kernel's OOM killer would make it), ``fail`` (an error message to raise). Every call is
+appended to ``calls.log`` there, so tests can see presets, resumes and finishes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from engine.errors import Cancelled, ModelFileError
+
+
+def write_fake_model(folder: Path, **behaviour) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "fake.json").write_text(json.dumps(behaviour))
+    return folder
+
+
+def calls(folder: Path) -> list[dict]:
+    path = Path(folder) / "calls.log"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@dataclass
+class FakeProgress:
+    step: int
+    steps: int
+    seconds_per_step: float | None = None
+    resumed_from: int | None = None
+
+
+@dataclass
+class FakeResult:
+    image: Image.Image
+    metadata: dict = field(default_factory=dict)
+
+
+class FakePipeline:
+    def __init__(self, model: str, preset: str, loras):
+        self.model = Path(model)
+        self.preset = preset
+        config = self.model / "fake.json"
+        if not config.exists():
+            raise ModelFileError(f"{self.model}: not a model folder (no fake.json)")
+        self.behaviour = json.loads(config.read_text())
+
+    def _log(self, **entry) -> None:
+        with open(self.model / "calls.log", "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def generate(self, prompt, negative_prompt=None, steps=20, guidance=5.0, seed=0, width=1024, height=1024,
+                 sampler="euler", turbo=False, init_noise=None, checkpoint_dir=None, restart=False,
+                 on_progress=None, cancel: threading.Event | None = None) -> FakeResult:
+        if self.behaviour.get("fail"):
+            raise ModelFileError(self.behaviour["fail"])
+        spec = {"prompt": prompt, "negative": negative_prompt, "seed": seed, "steps": steps, "size": [width, height],
+                "sampler": sampler, "guidance": guidance, "preset": self.preset}
+        ckpt = Path(checkpoint_dir) / "fake.ckpt.json" if checkpoint_dir else None
+        state = np.frombuffer(hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).digest(), np.uint8)
+        state = state.astype(np.float64) / 255.0
+        start = 0
+        if ckpt is not None and ckpt.exists() and not restart:
+            saved = json.loads(ckpt.read_text())
+            if saved["spec"] != spec:
+                raise ModelFileError(f"{ckpt}: a checkpoint of another job")
+            start, state = saved["step"], np.array(saved["state"])
+        self._log(event="start", prompt=prompt, seed=seed, preset=self.preset, resumed_from=start, pid=os.getpid())
+        if self.preset in self.behaviour.get("oom_presets", []):
+            os.kill(os.getpid(), signal.SIGKILL)
+        for step in range(start, steps):
+            if cancel is not None and cancel.wait(self.behaviour.get("step_seconds", 0.0)):
+                raise Cancelled("cancelled")
+            state = np.sin(state * 3.1 + step) * 0.5 + 0.5
+            if ckpt is not None:
+                tmp = ckpt.with_name(".fake.ckpt.tmp")
+                tmp.write_text(json.dumps({"spec": spec, "step": step + 1, "state": state.tolist()}))
+                os.replace(tmp, ckpt)
+            if on_progress is not None:
+                progress = FakeProgress(step + 1, steps, resumed_from=start if start and step == start else None)
+                if on_progress(progress) is False:
+                    raise Cancelled("on_progress returned False")
+        self._log(event="done", prompt=prompt, seed=seed, state=state.tolist())
+        return FakeResult(picture(state, width, height), {"prompt": prompt, "seed": seed, "model": "fake"})
+
+
+def load_fake(model: str, preset: str, loras) -> FakePipeline:
+    return FakePipeline(model, preset, loras)
+
+
+def picture(state: np.ndarray, width: int, height: int) -> Image.Image:
+    """Smooth colour gradients decided by ``state`` (small PNGs, different per job)."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.float64)
+    r = 255 * (0.5 + 0.5 * np.sin(x / width * 6 * state[0] + state[1] * 6))
+    g = 255 * (0.5 + 0.5 * np.sin(y / height * 6 * state[2] + state[3] * 6))
+    b = 255 * (0.5 + 0.5 * np.sin((x + y) / (width + height) * 6 * state[4] + state[5] * 6))
+    return Image.fromarray(np.stack([r, g, b], -1).astype(np.uint8), "RGB")
+
+
+class FakeClock:
+    """Local wall-clock time and monotonic seconds that move only when told."""
+
+    def __init__(self, start: dt.datetime):
+        self.t = start
+        self.mono = 1000.0
+
+    def now(self) -> dt.datetime:
+        return self.t
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, **delta) -> None:
+        step = dt.timedelta(**delta)
+        self.t += step
+        self.mono += step.total_seconds()
+
+    def set(self, when: dt.datetime) -> None:
+        self.advance(seconds=(when - self.t).total_seconds())
+
+
+class ManualRunner:
+    """A runner the test drives: it records each start and stop; the test posts the job's events."""
+
+    def __init__(self, post):
+        self.post = post
+        self.started: list = []       # (job, checkpoint_dir, output)
+        self.stopped: list[str] = []
+        self.job = None
+
+    @property
+    def running(self) -> bool:
+        return self.job is not None
+
+    def start(self, job, checkpoint_dir, output, lock) -> None:
+        assert self.job is None, "a job is already running"
+        self.job = job
+        self.output = Path(output)
+        self.started.append((job, Path(checkpoint_dir), Path(output)))
+
+    def stop(self) -> None:
+        if self.job is not None:
+            self.stopped.append(self.job.id)
+            self.job = None
+
+    # what the worker would report
+    def progress(self, step: int, seconds_per_step: float = 60.0) -> None:
+        from frame.worker import Progress
+
+        self.post(Progress(self.job.id, step, self.job.steps, seconds_per_step))
+
+    def finish(self, colour=(200, 120, 40)) -> None:
+        from frame.worker import Finished
+
+        # an eighth of the size: the daemon does not mind, and small PNGs keep the tests fast
+        Image.new("RGB", (self.job.width // 8, self.job.height // 8), colour).save(self.output)
+        job, self.job = self.job, None
+        self.post(Finished(job.id, self.output, {"model": "fake"}, 60.0))
+
+    def fail(self, message: str = "boom", oom: bool = False, user_error: bool = False, code: int = 3) -> None:
+        from frame.worker import Failed
+
+        job, self.job = self.job, None
+        self.post(Failed(job.id, message, -9 if oom else code, oom=oom, user_error=user_error))

@@ -1,0 +1,497 @@
+"""The daemon's loop with a fake clock, a runner the test drives, the file display and mock buttons."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import socket
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from gpiozero.pins.mock import MockFactory
+from PIL import Image
+
+from frame.buttons import Buttons
+from frame.daemon import CONFIG_POLL_SECONDS, Daemon
+from frame.display import open_display
+from frame.display.file_backend import FileDisplay
+from frame.notify import Notifier
+from frame_fakes import FakeClock, ManualRunner
+
+CONFIG = """\
+model: {path: model, preset: rpi}
+display: {backend: file, panel: spectra6-7.3, output: panel, min_interval: 180}
+themes:
+  - {name: sea, prompt: "a {calm|rough} sea"}
+  - {name: hills, prompt: "green {round|steep} hills"}
+  - {name: town, prompt: "an old town", size: 1024x768}
+order: sequential
+schedule: {times: ["07:00", "19:00"], quiet_hours: ["22:00-06:00"]}
+history: {keep: 3}
+buttons: {hold_time: 0.1}
+"""
+
+
+class Frame:
+    """A daemon in a temporary folder with everything fake but the display and the buttons' logic."""
+
+    def __init__(self, tmp_path: Path, config: str = CONFIG, start=dt.datetime(2025, 3, 1, 6, 0),
+                 notifier: Notifier | None = None, display_class=FileDisplay):
+        self.root = tmp_path
+        (tmp_path / "model").mkdir(exist_ok=True)
+        self.config_path = tmp_path / "frame.yaml"
+        if not self.config_path.exists():
+            self.config_path.write_text(config)
+        self.clock = FakeClock(start)
+        self.pins = MockFactory(revision="902120")
+        self.displays: list = []
+
+        def display_factory(cfg):
+            display = display_class(cfg, clock=self.clock.monotonic, sleep=self._no_sleep)
+            self.displays.append(display)
+            return display
+
+        self.daemon = Daemon(self.config_path, tmp_path / "state", None, clock=self.clock,
+                             rng=__import__("random").Random(5), runner_factory=ManualRunner,
+                             display_factory=display_factory,
+                             buttons_factory=lambda s, pins, post: Buttons(s, pins, post, pin_factory=self.pins),
+                             notifier=notifier or Notifier(env={}))
+        self.runner: ManualRunner = self.daemon.runner
+        self.daemon.start(control=False)
+        self.daemon.step()
+
+    @staticmethod
+    def _no_sleep(seconds: float) -> None:
+        raise AssertionError(f"the daemon made the display sleep {seconds} s instead of waiting in its loop")
+
+    @property
+    def display(self):
+        return self.daemon.display
+
+    def at(self, hour: int, minute: int = 0, day: int = 1) -> None:
+        self.clock.set(dt.datetime(2025, 3, day, hour, minute))
+        self.daemon.step()
+
+    def step(self) -> None:
+        self.daemon.step()
+
+    def press(self, pin: int, held: float = 0.0, expect_events: int = 1) -> None:
+        before = self.daemon.events.qsize()
+        p = self.pins.pin(pin)
+        p.drive_low()
+        time.sleep(held)
+        p.drive_high()
+        deadline = time.monotonic() + 5
+        while self.daemon.events.qsize() < before + expect_events and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def history(self) -> list[str]:
+        return [e.theme for e in self.daemon.history.entries()]
+
+    def close(self) -> None:
+        self.daemon.shutdown()
+        self.pins.reset()
+
+
+@pytest.fixture
+def frame(tmp_path):
+    f = Frame(tmp_path)
+    yield f
+    f.close()
+
+
+def test_first_job_starts_with_the_panel_size_and_reports_progress(frame):
+    job, checkpoints, output = frame.runner.started[0]
+    assert (job.theme, job.steps, job.preset, job.model) == ("sea", 20, "rpi", str(frame.root / "model"))
+    assert (job.width, job.height) == frame.display.generation_size()
+    assert job.prompt in ("a calm sea", "a rough sea")
+    assert checkpoints == frame.root / "state" / "job" / "checkpoints"
+    saved = json.loads((frame.root / "state" / "job" / "job.json").read_text())
+    assert saved["job"]["id"] == job.id and saved["job"]["seed"] == job.seed   # on disk before any work
+    frame.runner.progress(5, seconds_per_step=120)
+    frame.step()
+    status = frame.daemon.snapshot
+    assert status["job"]["step"] == 5 and status["job"]["eta_seconds"] == 15 * 120
+    assert status["message"] == "sea: step 5/20, 30 min left"
+
+
+def test_fixed_times_and_quiet_hours_over_a_day(frame):
+    frame.runner.finish()
+    frame.at(6, 30)
+    assert frame.history() == ["sea"] and frame.display.refreshes == 1   # the first picture goes up at once
+    assert frame.runner.started[-1][0].theme == "hills"                   # the next is made ahead
+    frame.runner.finish()
+    frame.at(6, 40)
+    assert frame.display.refreshes == 1
+    assert frame.daemon.snapshot["message"] == "hills: ready, shown at 07:00"
+    frame.at(6, 59)
+    assert frame.display.refreshes == 1
+    frame.at(7, 0)
+    assert frame.history() == ["sea", "hills"] and frame.display.refreshes == 2
+    frame.runner.finish()
+    frame.at(12, 0)
+    frame.at(18, 59)
+    assert frame.display.refreshes == 2
+    frame.at(19, 0)
+    assert frame.history() == ["sea", "hills", "town"]
+    frame.runner.finish()          # ready at 19:00; the next time is 07:00 tomorrow
+    frame.at(23, 0)
+    frame.at(6, 59, day=2)
+    assert frame.display.refreshes == 3
+    frame.at(7, 0, day=2)
+    assert frame.display.refreshes == 4 and frame.history() == ["hills", "town", "sea"]   # keep: 3
+
+
+def test_continuous_pictures_wait_for_quiet_hours_and_the_minimum_interval(tmp_path):
+    config = CONFIG.replace('times: ["07:00", "19:00"], ', "")
+    f = Frame(tmp_path, config, start=dt.datetime(2025, 3, 1, 21, 0))
+    try:
+        f.runner.finish()
+        f.step()
+        assert f.display.refreshes == 1
+        f.runner.finish()
+        f.step()
+        assert f.display.refreshes == 1   # min_interval 180 s since the last refresh
+        f.clock.advance(seconds=179)
+        f.step()
+        assert f.display.refreshes == 1
+        f.clock.advance(seconds=1)
+        f.step()
+        assert f.display.refreshes == 2
+        f.at(22, 30)
+        f.runner.finish()
+        f.step()
+        f.at(5, 59, day=2)
+        assert f.display.refreshes == 2   # quiet hours 22:00-06:00
+        f.at(6, 0, day=2)
+        assert f.display.refreshes == 3
+    finally:
+        f.close()
+
+
+def test_the_picture_goes_into_the_history_with_its_record(frame):
+    job = frame.runner.job
+    frame.runner.progress(20, seconds_per_step=61.5)
+    frame.runner.finish()
+    frame.at(6, 10)
+    [entry] = frame.daemon.history.entries()
+    record = json.loads(entry.sidecar.read_text())
+    assert {k: record[k] for k in ("theme", "prompt", "seed", "steps", "model", "preset", "sampler")} == {
+        "theme": "sea", "prompt": job.prompt, "seed": job.seed, "steps": 20, "model": str(frame.root / "model"),
+        "preset": "rpi", "sampler": "euler"}
+    assert record["started"] == "2025-03-01T06:00:00" and record["finished"] == "2025-03-01T06:10:00"
+    assert record["seconds_per_step"] == 60.0   # as the worker reported it with the picture
+    png = Image.open(entry.image)
+    assert png.text["parameters"].startswith(job.prompt)
+    assert f"Seed: {job.seed}" in png.text["parameters"]
+    assert json.loads(png.text["slowframe"])["prompt"] == job.prompt
+    assert frame.daemon.shown_id == entry.id
+    assert (frame.root / "panel" / "preview.png").exists()
+    following = json.loads((frame.root / "state" / "job" / "job.json").read_text())["job"]
+    assert following["id"] != job.id and following["theme"] == "hills"
+
+
+def test_skip_button_abandons_the_job_and_starts_the_next_theme(frame):
+    first = frame.runner.job
+    frame.press(16)                       # C: press = skip
+    frame.step()
+    assert frame.runner.stopped == [first.id]
+    assert frame.runner.job.theme == "hills"
+    assert frame.history() == []
+
+
+def test_skip_keeps_a_finished_unshown_picture_in_the_history(frame):
+    frame.runner.finish()
+    frame.at(6, 5)                        # first picture shown; "hills" is made next
+    frame.runner.finish()
+    frame.at(6, 30)                       # "hills" waits for 07:00
+    frame.press(16)
+    frame.step()
+    assert frame.history() == ["sea", "hills"]
+    assert frame.display.refreshes == 1 and frame.runner.job.theme == "town"
+
+
+def test_hold_regenerates_the_theme_on_the_panel_and_shows_it_when_ready(frame):
+    frame.runner.finish()
+    frame.at(6, 5)                        # "sea" on the panel, "hills" being made
+    assert frame.runner.job.theme == "hills"
+    sea_seed = frame.daemon.history.entries()[0].record["seed"]
+    frame.press(16, held=0.3)             # C: hold = regenerate
+    frame.step()
+    job = frame.runner.job
+    assert frame.runner.stopped[-1].endswith(frame.runner.started[1][0].id[-6:])
+    assert (job.theme, job.requested) == ("sea", True) and job.seed != sea_seed
+    frame.runner.finish()
+    frame.at(9, 0)                        # asked for: shown when ready, not at 19:00
+    assert frame.history() == ["sea", "sea"] and frame.display.refreshes == 2
+
+
+def test_previous_and_next_browse_the_history_and_presses_during_a_refresh_are_kept(tmp_path):
+    class SlowDisplay(FileDisplay):
+        gate = threading.Event()
+        started = threading.Event()
+
+        def _refresh(self, panel_indices):
+            self.started.set()
+            assert self.gate.wait(10)
+            super()._refresh(panel_indices)
+
+    f = Frame(tmp_path, CONFIG.replace('times: ["07:00", "19:00"], ', ""), display_class=SlowDisplay)
+    try:
+        SlowDisplay.gate.set()
+        for minute in (10, 20, 30):
+            f.runner.finish()
+            f.at(6, minute)
+            f.clock.advance(seconds=200)
+        ids = [e.id for e in f.daemon.history.entries()]
+        assert f.daemon.shown_id == ids[-1]
+        f.runner.finish()
+        SlowDisplay.gate.clear()
+        SlowDisplay.started.clear()
+        refresh = threading.Thread(target=f.step)   # the 4th picture's refresh, held up
+        refresh.start()
+        assert SlowDisplay.started.wait(10)
+        f.press(5)                                  # A: previous, twice, while the panel refreshes
+        f.press(5)
+        f.press(6)                                  # B: next
+        assert f.daemon.events.qsize() == 3
+        SlowDisplay.gate.set()
+        refresh.join(10)
+        ids = [e.id for e in f.daemon.history.entries()]   # keep: 3
+        assert f.daemon.shown_id == ids[-1]
+        refreshes = f.display.refreshes
+        f.clock.advance(seconds=200)
+        f.step()
+        assert f.daemon.shown_id == ids[-2]          # back two, forward one: one refresh, not three
+        assert f.display.refreshes == refreshes + 1
+        f.press(6, held=0.3)                        # B: hold = latest
+        f.clock.advance(seconds=200)
+        f.step()
+        assert f.daemon.shown_id == ids[-1] and f.display.refreshes == refreshes + 2
+        f.press(6)                                  # already the newest: no pointless refresh
+        f.clock.advance(seconds=200)
+        f.step()
+        assert f.display.refreshes == refreshes + 2
+    finally:
+        f.close()
+
+
+def test_status_button_shows_a_status_screen(frame):
+    frame.runner.progress(3)
+    frame.press(24)                       # D: status
+    frame.step()
+    assert frame.display.refreshes == 1 and frame.daemon.shown_id is None
+    text = frame.daemon.status_text()
+    assert text.startswith("sea: step 3/20") and "model: " in text
+
+
+def test_restart_resumes_the_saved_job(tmp_path):
+    f = Frame(tmp_path)
+    job = f.runner.job
+    f.runner.progress(7)
+    f.step()
+    f.close()                             # as after SIGKILL or a power cut: job.json stays
+    g = Frame(tmp_path)
+    try:
+        resumed = g.runner.started[0][0]
+        assert resumed == job
+        assert g.runner.started[0][1] == tmp_path / "state" / "job" / "checkpoints"
+    finally:
+        g.close()
+
+
+def test_restart_shows_a_picture_that_was_finished_but_not_shown(tmp_path):
+    f = Frame(tmp_path)
+    f.runner.finish()
+    f.step()
+    f.runner.finish()                     # "hills": finished, waiting for 07:00
+    f.at(6, 30)
+    f.close()
+    g = Frame(tmp_path, start=dt.datetime(2025, 3, 1, 6, 45))
+    try:
+        assert g.runner.started == []      # nothing to make again
+        g.at(7, 0)
+        assert [e.theme for e in g.daemon.history.entries()] == ["sea", "hills"]
+    finally:
+        g.close()
+
+
+def test_out_of_memory_retries_once_with_the_lower_preset_then_moves_on(frame):
+    first = frame.runner.job
+    frame.runner.fail("killed", oom=True)
+    frame.step()
+    retry = frame.runner.job
+    assert (retry.id, retry.preset) == (first.id, "rpi-lowmem")
+    frame.runner.fail("killed", oom=True)
+    frame.step()
+    assert frame.runner.job.theme == "hills" and frame.runner.job.preset == "rpi"
+    assert "sea: " in frame.daemon.last_error
+
+
+def test_repeated_failures_back_off_and_go_on_the_panel(frame):
+    frame.runner.fail("a bad tensor")
+    frame.step()
+    assert frame.runner.job.theme == "hills"            # the first failure: straight on
+    frame.runner.fail("a bad tensor")
+    frame.step()
+    assert frame.runner.job is None                     # the second: wait 5 minutes
+    assert frame.daemon.snapshot["message"].startswith("error: hills: a bad tensor; next try at 06:05")
+    frame.at(6, 5)
+    frame.runner.fail("a bad tensor")
+    frame.step()
+    assert frame.display.refreshes == 1                 # the third: on the panel
+    frame.at(6, 35)
+    frame.runner.finish()
+    frame.step()
+    frame.at(6, 40)
+    assert frame.history() == ["sea"] and frame.daemon.failures == 0
+
+
+def test_a_missing_model_is_on_the_panel_and_found_once_copied(tmp_path):
+    (tmp_path / "frame.yaml").write_text(CONFIG.replace("path: model", "path: later"))
+    f = Frame(tmp_path)
+    try:
+        assert f.runner.started == [] and f.display.refreshes == 1
+        assert "No model at" in f.daemon.last_error
+        (tmp_path / "later").mkdir()
+        f.clock.advance(seconds=30)
+        f.step()
+        assert f.runner.started == []
+        f.clock.advance(seconds=31)
+        f.step()
+        assert len(f.runner.started) == 1
+    finally:
+        f.close()
+
+
+def test_a_changed_file_is_reloaded_and_a_broken_edit_keeps_the_last_good_config(frame):
+    good = frame.daemon.config
+    frame.config_path.write_text(CONFIG.replace("order: sequential", "order: shuffl"))
+    frame.clock.advance(seconds=CONFIG_POLL_SECONDS + 1)
+    frame.step()
+    assert frame.daemon.config is good
+    assert "config has 1 error(s); running the last good one" in frame.daemon.snapshot["message"]
+    assert frame.daemon.snapshot["config_errors"][0].endswith("did you mean 'shuffle'?")
+    assert frame.runner.job is not None and frame.display.refreshes == 0   # nothing interrupted
+    frame.config_path.write_text(CONFIG.replace("order: sequential", "order: weighted"))
+    frame.clock.advance(seconds=CONFIG_POLL_SECONDS + 1)
+    frame.step()
+    assert frame.daemon.config.order == "weighted" and frame.daemon.config_problems == []
+
+
+def test_sighup_reloads_at_once(frame):
+    previous = signal.getsignal(signal.SIGHUP), signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        frame.daemon.install_signal_handlers()
+        frame.config_path.write_text(CONFIG.replace("keep: 3", "keep: 7"))
+        os.kill(os.getpid(), signal.SIGHUP)
+        frame.step()                      # no clock advance: not the file poll
+        assert frame.daemon.config.history.keep == 7
+    finally:
+        for signum, handler in zip((signal.SIGHUP, signal.SIGTERM, signal.SIGINT), previous):
+            signal.signal(signum, handler)
+
+
+def test_a_wildcard_file_change_is_a_config_change(tmp_path):
+    (tmp_path / "colours.txt").write_text("red\n")
+    config = CONFIG.replace('"a {calm|rough} sea"', '"a __colours__ sea"') + "wildcards: {colours: colours.txt}\n"
+    f = Frame(tmp_path, config)
+    try:
+        assert f.runner.job.prompt == "a red sea"
+        (tmp_path / "colours.txt").write_text("blue\n")
+        f.clock.advance(seconds=CONFIG_POLL_SECONDS + 1)
+        f.step()
+        assert [t.source for t in f.daemon.config.wildcards["colours"]] == ["blue"]
+    finally:
+        f.close()
+
+
+def test_notify_messages_reach_the_notify_socket(tmp_path):
+    address = str(tmp_path / "notify.sock")
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(address)
+    sink.settimeout(2)
+    f = Frame(tmp_path, notifier=Notifier(env={"NOTIFY_SOCKET": address}))
+    try:
+        messages = []
+        while not messages or messages[-1] != "STATUS=sea: step 0/20":
+            messages.append(sink.recv(4096).decode())
+        ready = [m for m in messages if m.startswith("READY=1\n")]
+        assert len(ready) == 1 and f"MAINPID={os.getpid()}" in ready[0]
+        f.runner.progress(4, seconds_per_step=90)
+        f.step()
+        assert sink.recv(4096).decode() == "STATUS=sea: step 4/20, 24 min left"
+    finally:
+        f.close()
+        sink.close()
+
+
+def test_control_requests_are_queued_for_the_main_loop(frame):
+    assert frame.daemon.handle_request({"command": "status"})["job"]["theme"] == "sea"
+    assert frame.daemon.handle_request({"command": "skip"}) == {"ok": True, "message": "skip: queued"}
+    assert not frame.daemon.handle_request({"command": "show", "which": "sideways"})["ok"]
+    assert not frame.daemon.handle_request({"command": "dance"})["ok"]
+    frame.step()
+    assert frame.runner.job.theme == "hills"
+
+
+def test_display_files_show_what_the_panel_gets(frame):
+    frame.runner.finish(colour=(250, 250, 250))
+    frame.step()
+    panel = Image.open(frame.root / "panel" / "panel.png")
+    assert panel.mode == "P" and panel.size == (800, 480)
+    assert isinstance(frame.display, FileDisplay) and frame.display.refreshes == 1
+
+
+def test_open_display_is_the_default_factory(tmp_path):
+    (tmp_path / "model").mkdir()
+    config = tmp_path / "frame.yaml"
+    config.write_text(textwrap.dedent(CONFIG))
+    daemon = Daemon(config, tmp_path / "state", runner_factory=ManualRunner, buttons_factory=None,
+                    notifier=Notifier(env={}))
+    daemon.start(control=False)
+    try:
+        assert daemon.display_factory is open_display
+        assert daemon.display.panel.name == "spectra6-7.3"
+    finally:
+        daemon.shutdown()
+
+
+def test_a_broken_config_at_start_waits_for_a_fix(tmp_path):
+    (tmp_path / "frame.yaml").write_text(CONFIG.replace("order: sequential", "order: [sequential"))
+    f = Frame(tmp_path)
+    try:
+        assert f.daemon.config is None and f.runner.started == []
+        assert f.daemon.snapshot["message"].startswith("config has errors: not valid YAML")
+        f.config_path.write_text(CONFIG)
+        f.clock.advance(seconds=CONFIG_POLL_SECONDS + 1)
+        f.step()
+        assert f.runner.job.theme == "sea" and f.daemon.snapshot["config_errors"] == []
+    finally:
+        f.close()
+
+
+def test_show_an_image_through_the_control_socket(frame, tmp_path):
+    picture = tmp_path / "mine.png"
+    Image.new("RGB", (400, 240), (10, 200, 30)).save(picture)
+    assert frame.daemon.handle_request({"command": "show", "image": str(picture)})["ok"]
+    frame.step()
+    assert frame.display.refreshes == 1 and frame.daemon.shown_id is None
+    assert frame.daemon.handle_request({"command": "show", "image": str(tmp_path / "missing.png")})["ok"]
+    frame.clock.advance(seconds=200)
+    frame.step()                          # logged, nothing shown, nothing broken
+    assert frame.display.refreshes == 1 and frame.runner.job is not None
+
+
+def test_a_second_daemon_on_the_same_state_refuses_to_start(frame):
+    from frame.daemon import AlreadyRunning
+
+    other = Daemon(frame.config_path, frame.root / "state", runner_factory=ManualRunner, buttons_factory=None,
+                   notifier=Notifier(env={}))
+    with pytest.raises(AlreadyRunning, match="another slowframe daemon is using"):
+        other.start(control=False)
