@@ -2,5 +2,6 @@
 
 from engine.sdxl.conditioning import Conditioning, TextEncoders
 from engine.sdxl.unet import UNet
+from engine.sdxl.vae import VAEDecoder
 
-__all__ = ["Conditioning", "TextEncoders", "UNet"]
+__all__ = ["Conditioning", "TextEncoders", "UNet", "VAEDecoder"]
