@@ -11,6 +11,7 @@ from frame.control import ControlError
 from frame.daemon_commands import add_daemon_commands
 from frame.display.commands import add_display_commands
 from frame.display.errors import DisplayError
+from frame.generate import add_generate_command
 
 
 def cmd_models_quantize(args: argparse.Namespace) -> int:
@@ -26,45 +27,40 @@ def cmd_models_quantize(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """The frame's whole job once, on the built-in tiny model: prompt -> picture -> panel."""
+    import logging
     import os
     import time
     from pathlib import Path
 
-    import numpy as np
-
-    from engine.sdxl import UNet
-    from engine.sdxl.random_model import write_random_unet
+    from engine.sdxl import Pipeline
+    from engine.sdxl.random_model import write_random_model
     from engine.trace import peak_rss_bytes
+    from frame.display import fit_size, open_display
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "slowframe" / "demo-unet"
-    if not (cache / "config.json").exists():
-        print(f"making the built-in tiny SDXL-architecture model (random weights) in {cache}")
-        write_random_unet(cache)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    model = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "slowframe" / "demo-model"
+    if not (model / "model_index.json").is_file():
+        print(f"making the built-in tiny SDXL-architecture model (random weights, 31 MB) in {model}")
+    write_random_model(model)
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    unet_inputs = None
-    results = {}
-    for preset in ("default", "rpi", "rpi-lowmem"):
-        with UNet.load(cache, preset=preset, ops_printf=args.ops_printf) as unet:
-            if unet_inputs is None:
-                cfg = unet.config
-                h, w = 64, 96                   # a 512x768 picture's latent, batch 2 as with CFG
-                unet_inputs = (rng.standard_normal((2, 4, h, w), dtype=np.float32), 999.0,
-                               rng.standard_normal((2, 154, cfg.down[0].cross_dim), dtype=np.float32),
-                               rng.standard_normal((2, cfg.add_in_dim - 6 * cfg.add_time_dim), dtype=np.float32),
-                               np.array([[h * 8, w * 8, 0, 0, h * 8, w * 8]] * 2, dtype=np.float32))
-            started = time.perf_counter()
-            results[preset] = unet(*unet_inputs)
-            print(f"{preset:>10s}: one UNet evaluation (batch 2, 64x96 latent, 154 tokens) "
-                  f"in {time.perf_counter() - started:.2f} s")
-        np.save(out_dir / f"eps-{preset}.npy", results[preset])
-    base = results["default"].ravel().astype(np.float64)
-    for preset in ("rpi", "rpi-lowmem"):
-        print(f"{preset:>10s} vs default: PCC {np.corrcoef(base, results[preset].ravel())[0, 1]:.6f}")
-    print(f"peak RSS {peak_rss_bytes() / 1e6:.0f} MB; outputs in {out_dir}/eps-*.npy")
-    print("This exercises the streaming SDXL UNet engine on a tiny random model. Pictures need real SDXL "
-          "weights and the text encoders, VAE and sampler, which are being built next.")
+    # The generation size the frame would pick for this panel, at half the side for a quick demo.
+    width, height = (max(64, side // 128 * 64) for side in fit_size(args.panel))
+    prompt = "a lighthouse on a rocky coast at dusk, oil painting"
+    pipe = Pipeline.load(model, preset=args.preset, ops_printf=args.ops_printf)
+    started = time.perf_counter()
+    result = pipe.generate(prompt, "blurry", steps=args.steps, seed=args.seed, width=width, height=height,
+                           sampler="euler_a", checkpoint_dir=out_dir / "checkpoints", restart=True)
+    picture = result.save(out_dir / "picture.png")
+    print(f"generated {picture} ({width}x{height}, {args.steps} steps, seed {args.seed}, preset {args.preset}) "
+          f"in {time.perf_counter() - started:.1f} s")
+    with open_display({"backend": "file", "panel": args.panel, "output": str(out_dir), "min_interval": 0}) as display:
+        display.show(result.image, caption=prompt)
+    print(f"dithered for the {args.panel} panel: {out_dir / 'panel.png'} (what the panel is sent) and "
+          f"{out_dir / 'preview.png'} (what it will look like)")
+    print(f"peak RSS {peak_rss_bytes() / 1e6:.0f} MB. The built-in model has random weights, so the picture is "
+          "abstract noise; point `slowframe generate --models-path` at a real SDXL model for art.")
     return 0
 
 
@@ -82,14 +78,20 @@ def build_parser() -> argparse.ArgumentParser:
     quantize.add_argument("dst", help="the new folder to create (must not exist)")
     quantize.set_defaults(func=cmd_models_quantize)
 
-    demo = sub.add_parser("demo", help="run the engine on a built-in tiny model (no download needed)")
+    demo = sub.add_parser("demo", help="the whole job on a built-in tiny model: prompt -> picture -> panel "
+                                       "(no download needed)")
     demo.add_argument("--output", default="slowframe-demo", help="folder for the outputs (default: %(default)s)")
+    demo.add_argument("--panel", default="spectra6-7.3", help="panel to dither for (default: %(default)s)")
+    demo.add_argument("--preset", default="rpi-lowmem", help="engine preset (default: %(default)s, as on a Pi)")
+    demo.add_argument("--steps", type=int, default=4, help="sampling steps (default: %(default)s)")
+    demo.add_argument("--seed", type=int, default=1, help="default: %(default)s")
     demo.add_argument("--ops-printf", action="store_true", help="print every op with its bytes, time and RSS")
     demo.set_defaults(func=cmd_demo)
 
     add_daemon_commands(sub)
 
     add_display_commands(sub)
+    add_generate_command(sub)
     return parser
 
 

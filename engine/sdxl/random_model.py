@@ -1,9 +1,12 @@
-"""A tiny SDXL-architecture UNet with random weights, made with numpy alone.
+"""A tiny SDXL-architecture model with random weights, made with numpy alone.
 
-It is the built-in model of `slowframe demo` (no SDXL download, no torch): every
-block type, GroupNorm(32), transformer depth > 1, cross-attention and the text_time
-conditioning, at a size that runs in a second. Its pictures are noise; real ones
-need real SDXL weights.
+It is the built-in model of `slowframe demo` (no SDXL download, no torch): a whole
+model folder in diffusers layout - UNet with every block type, GroupNorm(32),
+transformer depth > 1, cross-attention and the text_time conditioning; both CLIP
+text encoders (quick_gelu and gelu, the second with its projection); the VAE
+decoder; SDXL's scheduler config - small enough to make a picture in seconds. The
+tokenizers are the standard CLIP vocabulary bundled with slowframe. Its pictures are
+abstract noise; real ones need real SDXL weights.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.safetensors import SafetensorsWriter
+from engine.sdxl import text_encoder, vae_config
 from engine.sdxl.unet_config import param_shapes, parse_config
 
 TINY_UNET_CONFIG = {
@@ -43,21 +47,64 @@ TINY_UNET_CONFIG = {
 }
 
 
+TINY_TEXT_ENCODER_CONFIGS = {   # widths 32 + 64 = the UNet's cross_attention_dim; 64 = its pooled width
+    "text_encoder": {"architectures": ["CLIPTextModel"], "model_type": "clip_text_model", "hidden_size": 32,
+                     "num_attention_heads": 4, "num_hidden_layers": 3, "intermediate_size": 64,
+                     "hidden_act": "quick_gelu", "vocab_size": 49408, "max_position_embeddings": 77,
+                     "layer_norm_eps": 1e-5, "bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 1},
+    "text_encoder_2": {"architectures": ["CLIPTextModelWithProjection"], "model_type": "clip_text_model",
+                       "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 3, "intermediate_size": 128,
+                       "hidden_act": "gelu", "projection_dim": 64, "vocab_size": 49408,
+                       "max_position_embeddings": 77, "layer_norm_eps": 1e-5, "bos_token_id": 0, "eos_token_id": 2,
+                       "pad_token_id": 1},
+}
+
+TINY_VAE_CONFIG = {
+    "_class_name": "AutoencoderKL", "in_channels": 3, "out_channels": 3, "latent_channels": 4,
+    "block_out_channels": [32, 32, 64, 64], "layers_per_block": 1, "norm_num_groups": 32, "act_fn": "silu",
+    "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+    "scaling_factor": 0.13025, "sample_size": 64,
+}
+
+SDXL_SCHEDULER_CONFIG = {
+    "_class_name": "EulerDiscreteScheduler", "num_train_timesteps": 1000, "beta_start": 0.00085, "beta_end": 0.012,
+    "beta_schedule": "scaled_linear", "timestep_spacing": "leading", "steps_offset": 1,
+    "prediction_type": "epsilon", "interpolation_type": "linear", "use_karras_sigmas": False,
+}
+
+
+def write_random_model(root: str | Path, seed: int = 0) -> Path:
+    """Write the whole tiny model folder under `root` (atomically: a finished folder or none)."""
+    root = Path(root)
+    if (root / "model_index.json").is_file():
+        return root
+    tmp = root.with_name(root.name + f".partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    write_random_unet(tmp / "unet", seed=seed)
+    vae = vae_config.parse_config(TINY_VAE_CONFIG)
+    _write(tmp / "vae", "diffusion_pytorch_model.fp16.safetensors", TINY_VAE_CONFIG,
+           vae_config.param_shapes(vae, vae_config.attention_names(lambda name: False)), seed + 1)
+    for i, (name, config) in enumerate(TINY_TEXT_ENCODER_CONFIGS.items()):
+        shapes = text_encoder.param_shapes(text_encoder.parse_config(config), "text_model.")
+        _write(tmp / name, "model.fp16.safetensors", config, shapes, seed + 2 + i)
+    (tmp / "scheduler").mkdir()
+    (tmp / "scheduler" / "scheduler_config.json").write_text(json.dumps(SDXL_SCHEDULER_CONFIG, indent=2) + "\n")
+    (tmp / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusionXLPipeline",
+                                                      "slowframe": "tiny random demo model"}, indent=2) + "\n")
+    if root.exists():
+        shutil.rmtree(tmp)           # made meanwhile by another process: keep theirs
+    else:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, root)
+    return root
+
+
 def write_random_unet(folder: str | Path, config: dict = TINY_UNET_CONFIG, seed: int = 0) -> Path:
     """Write config.json and fp16 random weights (scaled like a trained net's: fan-in
     normalised) to `folder`, atomically; returns the folder."""
     folder = Path(folder)
-    cfg = parse_config(config)
-    shapes = param_shapes(cfg)
-    rng = np.random.default_rng(seed)
     tmp = folder.with_name(folder.name + ".partial")
-    tmp.mkdir(parents=True, exist_ok=True)
-    with open(tmp / "diffusion_pytorch_model.fp16.safetensors", "wb") as f:
-        writer = SafetensorsWriter(f, [(n, "F16", s) for n, s in shapes.items()], {"format": "pt"})
-        for name, shape in shapes.items():
-            writer.write(name, _init(name, shape, rng).astype(np.float16))
-        writer.close()
-    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    _write(tmp, "diffusion_pytorch_model.fp16.safetensors", config, param_shapes(parse_config(config)), seed)
     if folder.exists():            # made meanwhile by another process: keep theirs
         shutil.rmtree(tmp)
     else:
@@ -65,7 +112,20 @@ def write_random_unet(folder: str | Path, config: dict = TINY_UNET_CONFIG, seed:
     return folder
 
 
+def _write(folder: Path, filename: str, config: dict, shapes: dict[str, tuple[int, ...]], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / filename, "wb") as f:
+        writer = SafetensorsWriter(f, [(n, "F16", s) for n, s in shapes.items()], {"format": "pt"})
+        for name, shape in shapes.items():
+            writer.write(name, _init(name, shape, rng).astype(np.float16))
+        writer.close()
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
 def _init(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    if "embedding" in name:
+        return 0.02 * rng.standard_normal(shape)
     if "norm" in name:
         base = 1.0 if name.endswith(".weight") else 0.0
         return base + 0.1 * rng.standard_normal(shape)

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Benchmark of the whole pipeline: prompt -> 1024x1024 picture with full-size random SDXL
+weights, as a Pi Zero 2 W runs it (`rpi-lowmem`: streamed weights, split CFG, tiled VAE).
+
+Runs `slowframe generate --preset rpi-lowmem --res 1024x1024 --steps 2 --guidance 5
+--checkpoint-dir ...` in a fresh process, inside a 256 MiB memory cgroup (page cache
+included) when it can, after dropping the weights from the page cache, and prints:
+peak RSS of the whole run (text encoders, UNet, tiled VAE), seconds per stage and per
+step, checkpoint overhead as a share of step time, and a projection of the hours a
+10-step picture takes on a Pi Zero 2 W, with its assumptions.
+
+The weights come from the other benchmarks' caches (built on first use, ~7 GB):
+unet/ and vae/ from bench/unet_full.py and bench/vae_full.py, the text encoders from
+bench/text_full.py, assembled with symlinks into
+
+    ${SLOWFRAME_BENCH_CACHE:-~/.cache/slowframe-bench}/sdxl-random-pipeline/
+
+    python bench/pipeline_full.py                 # in the cgroup when root
+    python bench/pipeline_full.py --no-cgroup --steps 1
+
+Not run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO))
+
+from unet_full import (CACHE, MB, cgroup_unavailable_reason, describe_cgroup, describe_drop,  # noqa: E402
+                       drop_page_cache, log, run_in_cgroup)
+
+ROOT = CACHE / "sdxl-random-pipeline"
+SCHEDULER = {"_class_name": "EulerDiscreteScheduler", "num_train_timesteps": 1000, "beta_start": 0.00085,
+             "beta_end": 0.012, "beta_schedule": "scaled_linear", "timestep_spacing": "leading", "steps_offset": 1,
+             "prediction_type": "epsilon", "interpolation_type": "linear", "use_karras_sigmas": False}
+PROMPT = ("a lighthouse on a rocky coast at dusk, dramatic clouds, oil painting, muted palette, "
+          "soft light, highly detailed")
+
+# One SDXL UNet evaluation at 1024x1024 (128x128 latents), batch 1.
+UNET_TFLOP = 6.76
+# Pi Zero 2 W assumptions for the projection (stated in the output).
+PI_SGEMM_GFLOPS = 12.0      # 4x Cortex-A53 @ 1 GHz, NEON fp32: 32 GFLOP/s peak, ~40% in a tuned sgemm
+PI_READ_MB_S = 40.0         # a good A1/A2 microSD card, sequential reads
+UNET_READ_GB = 5.14         # fp16 UNet weights read per evaluation (nocache)
+
+
+def ensure_model() -> None:
+    import unet_full
+    import vae_full
+
+    unet_full.ensure_weights()
+    vae_full.ensure_weights()
+    text = CACHE / "sdxl-text-random"
+    if not (text / "text_encoder_2" / "config.json").is_file():
+        subprocess.run([sys.executable, str(REPO / "bench" / "text_full.py"), "--build-only"], check=True)
+    ROOT.mkdir(parents=True, exist_ok=True)
+    links = {"unet": CACHE / "sdxl-random" / "unet", "vae": CACHE / "sdxl-random" / "vae"}
+    for name in ("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"):
+        links[name] = text / name
+    for name, target in links.items():
+        link = ROOT / name
+        if not link.exists():
+            link.symlink_to(target)
+    (ROOT / "scheduler").mkdir(exist_ok=True)
+    (ROOT / "scheduler" / "scheduler_config.json").write_text(json.dumps(SCHEDULER, indent=1))
+
+
+def weight_files() -> list[Path]:
+    return sorted(p.resolve() for p in ROOT.glob("*/*.safetensors"))
+
+
+def child(argv: list[str], result: Path) -> int:
+    """Runs in the measured process: the CLI, then its peak RSS."""
+    from engine.trace import peak_rss_bytes
+    from frame.cli import main
+
+    started = time.perf_counter()
+    rc = main(argv)
+    result.write_text(json.dumps({"rc": rc, "peak_rss_bytes": peak_rss_bytes(),
+                                  "wall_s": time.perf_counter() - started}))
+    return rc
+
+
+def run(args: argparse.Namespace, procs: Path | None) -> tuple[int, dict]:
+    work = CACHE / "pipeline-run"
+    work.mkdir(parents=True, exist_ok=True)
+    result = work / "result.json"
+    result.unlink(missing_ok=True)
+    argv = ["generate", "--models-path", str(ROOT), "--prompt", PROMPT, "--neg-prompt", "blurry, text",
+            "--preset", args.preset, "--res", "1024x1024", "--steps", str(args.steps), "--guidance", "5",
+            "--seed", "1", "--output", str(work / "out.png"), "--checkpoint-dir", str(work / "ckpt"),
+            "--restart", "--json"]
+    cmd = [sys.executable, str(Path(__file__).resolve()), "_child", str(result), json.dumps(argv)]
+    if procs is not None:
+        cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs)] + cmd
+    events = []
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        events.append(json.loads(line))
+        if events[-1]["event"] == "progress":
+            e = events[-1]
+            log(f"  evaluation {e['evaluation']}/{e['evaluations']}, step {e['step']}/{e['steps']}, "
+                f"{e['seconds_per_step']} s/step")
+    rc = proc.wait()
+    res = json.loads(result.read_text()) if result.is_file() else {}
+    res["events"] = events
+    return rc, res
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--preset", default="rpi-lowmem")
+    p.add_argument("--no-cgroup", action="store_true")
+    args = p.parse_args(argv)
+
+    ensure_model()
+    for f in weight_files():
+        drop = drop_page_cache(f)
+    log(f"[cache] dropped the page cache of {len(weight_files())} weight files ({describe_drop(drop)} for the last)")
+    reason = None if args.no_cgroup else cgroup_unavailable_reason()
+    started = time.perf_counter()
+    if args.no_cgroup or reason:
+        if reason:
+            log(f"[cgroup] not used: {reason}")
+        rc, res = run(args, None)
+        cg = None
+    else:
+        rc, res, cg = run_in_cgroup(lambda procs: run(args, procs))
+        log(f"[cgroup] {describe_cgroup(cg, rc)}")
+    wall = time.perf_counter() - started
+    done = [e for e in res.get("events", []) if e["event"] == "done"]
+    if rc != 0 or not done:
+        log(f"FAILED: exit {rc}")
+        return 1
+    done = done[0]
+    step_s = done["seconds_per_step"]
+    ckpt_share = done["checkpoint_seconds"] / (step_s * args.steps)
+    unet_s = step_s * args.steps
+    other_s = res["wall_s"] - unet_s
+    evals_per_step = 2
+    here_gflops = UNET_TFLOP * 1e3 * evals_per_step / step_s
+    pi_compute_h = 10 * evals_per_step * UNET_TFLOP * 1e3 / PI_SGEMM_GFLOPS / 3600
+    pi_io_h = 10 * evals_per_step * UNET_READ_GB * 1e3 / PI_READ_MB_S / 3600
+    log("")
+    log(f"preset {args.preset}, 1024x1024, {args.steps} steps, guidance 5 (split CFG: {evals_per_step} UNet "
+        f"evaluations per step), whole run {wall:.0f} s")
+    log(f"peak RSS of the run: {res['peak_rss_bytes'] / MB:.1f} MB (target <= 250 MB)"
+        + (f"; in the 256 MiB cgroup: {describe_cgroup(cg, rc)}" if cg else ""))
+    log(f"UNet: {step_s:.1f} s/step ({here_gflops:.0f} GFLOP/s achieved here); text encoders + VAE + load: "
+        f"{other_s:.0f} s")
+    log(f"checkpoint overhead: {done['checkpoint_seconds']:.3f} s in {args.steps} steps = {ckpt_share * 100:.3f}% "
+        f"of step time (target <= 1%)")
+    log(f"projection for a Pi Zero 2 W, 10 steps at 1024x1024 with CFG: compute {pi_compute_h:.1f} h at "
+        f"{PI_SGEMM_GFLOPS:.0f} GFLOP/s sustained (assumed: 4x A53 @ 1 GHz, NEON fp32 peak 32 GFLOP/s, ~40% in "
+        f"sgemm), weight reads {pi_io_h:.1f} h at {PI_READ_MB_S:.0f} MB/s from the card (partly overlapped "
+        f"with compute); about {pi_compute_h + pi_io_h * 0.5:.0f}-{pi_compute_h + pi_io_h:.0f} h, plus text "
+        "encoders and VAE (minutes)")
+    out = CACHE / f"pipeline-results-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps({"args": vars(args), "rc": rc, "result": res, "cgroup": cg, "wall_s": wall}, indent=1))
+    log(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "_child":
+        sys.exit(child(json.loads(sys.argv[3]), Path(sys.argv[2])))
+    sys.exit(main())

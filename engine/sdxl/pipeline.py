@@ -1,0 +1,395 @@
+"""Prompt -> picture: text encoders, the sampling loop over the UNet, the VAE; resumable.
+
+    from engine.sdxl import Pipeline
+    pipe = Pipeline.load("models/sdxl-base", preset="rpi-lowmem")
+    result = pipe.generate("a lighthouse at dusk", steps=10, seed=42, checkpoint_dir="run/")
+    result.save("out.png")
+
+Stages run one after another and each releases its weights before the next loads,
+so peak memory is that of the largest stage. With a checkpoint folder, every UNet
+evaluation (each half of a split CFG step too) ends with a durable checkpoint of
+everything the rest of the run depends on: latents, sampler state, RNG state, the
+step and half-step. Calling `generate` again with the same job and folder resumes
+from there and gives byte-identical latents and PNG (same machine, same threads).
+
+Randomness: numpy's PCG64 seeded with the 64-bit seed draws the initial noise
+(standard normal, float32, latent shape) and then, for Euler ancestral, each step's
+noise, in that order; numpy guarantees the same stream on every platform.
+`init_noise` replaces the initial draw (ancestral steps still use the seed), exactly
+as diffusers treats `latents=`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, PngImagePlugin
+
+import engine
+from engine.checkpoint import CheckpointDir, CorruptCheckpoint, read_file, write_file
+from engine.errors import Cancelled, InputError, ModelFileError
+from engine.options import resolve
+from engine.sdxl.conditioning import Conditioning, TextEncoders
+from engine.sdxl.samplers import SAMPLERS, NoiseSchedule, Sampler, SamplerState, draw_noise, make_sampler
+from engine.sdxl.unet import UNet
+from engine.sdxl.vae import VAEDecoder
+from engine.weights import find_weight_files
+
+log = logging.getLogger(__name__)
+
+COMPONENTS = ("unet", "vae", "text_encoder", "text_encoder_2")
+SAMPLER_LABELS = {"euler": "Euler", "euler_a": "Euler a", "dpmpp_2m_karras": "DPM++ 2M Karras"}
+CONDITIONING_FILE = "conditioning.ckpt"
+MAX_SEED = 2 ** 64 - 1
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything that decides the picture; a checkpoint resumes only the same job."""
+
+    prompt: str
+    negative_prompt: str | None
+    seed: int
+    steps: int
+    sampler: str
+    turbo: bool
+    width: int
+    height: int
+    guidance: float
+    model: str
+    preset: str
+    engine_version: str
+    init_noise: str | None = None   # sha256 of the injected initial noise
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def differences(self, other: dict) -> list[str]:
+        mine = self.to_dict()
+        return [f"{k}: {other.get(k)!r} there, {mine[k]!r} now" for k in mine if other.get(k) != mine[k]]
+
+
+@dataclass
+class Progress:
+    """Reported after every UNet evaluation."""
+
+    step: int                 # steps completed (0..steps)
+    steps: int
+    evaluation: int           # UNet evaluations completed in this job
+    evaluations: int          # in the whole job
+    seconds_per_step: float   # measured in this process, None before the first step
+    eta_seconds: float | None
+    resumed_from: int | None
+
+
+@dataclass
+class Result:
+    image: Image.Image
+    latents: np.ndarray       # the final latents, before VAE scaling, (1, 4, h/8, w/8)
+    metadata: dict = field(default_factory=dict)   # the job: what made this picture (goes into the PNG)
+    timings: dict = field(default_factory=dict)    # seconds per step, checkpoint seconds (not in the PNG)
+    resumed_from: int | None = None
+
+    @property
+    def parameters(self) -> str:
+        """The picture's settings in the text format other Stable Diffusion tools read."""
+        return parameters_text(self.metadata)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the PNG (with a `parameters` text chunk) atomically."""
+        path = Path(path)
+        info = PngImagePlugin.PngInfo()
+        info.add_text("parameters", self.parameters)
+        info.add_text("slowframe", json.dumps(self.metadata, sort_keys=True))
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            self.image.save(tmp, format="PNG", pnginfo=info)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise InputError(f"cannot write {path}: {e.strerror or e}") from None
+        return path
+
+
+def parameters_text(meta: dict) -> str:
+    lines = [meta.get("prompt", "")]
+    if meta.get("negative_prompt"):
+        lines.append(f"Negative prompt: {meta['negative_prompt']}")
+    fields = [("Steps", meta.get("steps")), ("Sampler", SAMPLER_LABELS.get(meta.get("sampler"), meta.get("sampler"))),
+              ("CFG scale", meta.get("guidance")), ("Seed", meta.get("seed")),
+              ("Size", f"{meta.get('width')}x{meta.get('height')}"), ("Model", meta.get("model_name")),
+              ("Model hash", (meta.get("model") or "")[:10]), ("Turbo", "yes" if meta.get("turbo") else None),
+              ("Version", f"slowframe {meta.get('engine_version')}")]
+    lines.append(", ".join(f"{k}: {v}" for k, v in fields if v is not None))
+    return "\n".join(lines)
+
+
+class Pipeline:
+    """An SDXL model folder (diffusers layout) ready to generate; loads weights per stage."""
+
+    def __init__(self, root: Path, preset: str, overrides: dict, schedule: NoiseSchedule, model_id: str):
+        self.root = root
+        self.preset = preset
+        self.overrides = overrides
+        self.options = resolve(preset, **overrides)
+        self.schedule = schedule
+        self.model_id = model_id
+
+    @classmethod
+    def load(cls, model_root: str | Path, preset: str = "default", **overrides: object) -> "Pipeline":
+        """Check a model folder (unet/, vae/, text_encoder/, text_encoder_2/, tokenizers,
+        optional scheduler/) without reading its weights."""
+        root = Path(model_root)
+        if not root.is_dir():
+            raise ModelFileError(f"{root}: no such model folder; expected an SDXL model in diffusers layout "
+                                 f"({', '.join(COMPONENTS)}, ...) such as `slowframe models import` writes")
+        missing = [c for c in COMPONENTS if not (root / c / "config.json").is_file()]
+        if missing:
+            raise ModelFileError(f"{root}: missing {', '.join(f'{c}/' for c in missing)} (each with a config.json); "
+                                 "is this an SDXL model folder? `slowframe models import` makes one from a "
+                                 "single .safetensors checkpoint")
+        resolve(preset, **overrides)   # bad options fail now, not after the text encoders ran
+        return cls(root, preset, dict(overrides), NoiseSchedule.from_model(root), model_fingerprint(root))
+
+    # -- generation ----------------------------------------------------------
+
+    def generate(self, prompt: str, negative_prompt: str | None = None, steps: int | None = None,
+                 guidance: float | None = None, seed: int | None = None, width: int = 1024, height: int = 1024,
+                 sampler: str = "euler", turbo: bool = False, init_noise: np.ndarray | None = None,
+                 checkpoint_dir: str | Path | None = None, restart: bool = False,
+                 on_progress: Callable[[Progress], object] | None = None, cancel: threading.Event | None = None,
+                 tiled: bool = True) -> Result:
+        """Generate one picture. `turbo` is the SDXL-Turbo mode (Euler ancestral, trailing
+        spacing, no CFG; default 1 step). With `checkpoint_dir` the run checkpoints after
+        every UNet evaluation and resumes the same job from there; `restart` discards
+        what is there. Returning False from `on_progress`, or setting `cancel`, stops the
+        run with Cancelled (within one op; the last checkpoint is kept)."""
+        if turbo:
+            sampler = "euler_a"
+        steps = (1 if turbo else 20) if steps is None else steps
+        guidance = (0.0 if turbo else 5.0) if guidance is None else guidance
+        request = (prompt, negative_prompt, steps, sampler, turbo, width, height, guidance, init_noise)
+        self._job(0 if seed is None else seed, *request)   # refuse bad requests before touching checkpoints
+        store = CheckpointDir(checkpoint_dir, log=log.warning) if checkpoint_dir is not None else None
+        if store is not None and restart:
+            store.clear()
+            (store.path / CONDITIONING_FILE).unlink(missing_ok=True)
+        latest = store.latest() if store is not None else None
+        if seed is None:
+            seed = latest.meta["job"].get("seed") if latest is not None else secrets.randbits(63)
+        job = self._job(seed, *request)
+        if latest is not None and latest.meta.get("job") != job.to_dict():
+            raise InputError(f"{store.path} holds checkpoints of a different job ("
+                             + "; ".join(job.differences(latest.meta.get("job") or {}))
+                             + "). Use --restart (restart=True) to discard them and start this job over, "
+                             "or choose another checkpoint folder.")
+        run = _Run(self, job, make_sampler(sampler, steps, self.schedule, turbo=turbo), store, on_progress, cancel)
+        latents = run.sample(latest, init_noise)
+        image = self.decode(latents, tiled=tiled, cancel=cancel)
+        timings = {"seconds_per_step": run.seconds_per_step(), "checkpoint_seconds": round(run.checkpoint_seconds, 4)}
+        return Result(image, latents, {**job.to_dict(), "model_name": self.root.name}, timings, run.resumed_from)
+
+    def decode(self, latents: np.ndarray, tiled: bool = True, cancel: threading.Event | None = None) -> Image.Image:
+        """Final latents (before VAE scaling) -> RGB picture, through the tiled VAE."""
+        latents = np.asarray(latents, dtype=np.float32)
+        if latents.ndim != 4 or latents.shape[0] != 1:
+            raise InputError(f"latents must have shape (1, 4, h, w), got {list(latents.shape)}")
+        with VAEDecoder.load(self.root / "vae", self.preset, **self.overrides) as vae:
+            vae.cancel = cancel
+            return vae.to_image(vae.decode(latents / np.float32(vae.scaling_factor), tiled=tiled))
+
+    def conditioning(self, job: Job, store: CheckpointDir | None, cancel: threading.Event | None) -> Conditioning:
+        """The prompt's conditioning, kept beside the checkpoints so a resume skips the text encoders."""
+        path = store.path / CONDITIONING_FILE if store is not None else None
+        if path is not None and path.is_file():
+            try:
+                saved = read_file(path)
+                if saved.meta.get("job") == job.to_dict():
+                    return Conditioning(**saved.arrays)
+            except (CorruptCheckpoint, TypeError) as e:
+                log.warning("saved conditioning %s is unusable (%s); encoding the prompt again", path, e)
+        standard = not (self.root / "tokenizer" / "vocab.json").is_file()
+        if standard:
+            log.info("%s has no tokenizer/ folder: using the standard CLIP vocabulary bundled with slowframe",
+                     self.root)
+        with TextEncoders.load(self.root, self.preset, standard_vocabulary=standard, **self.overrides) as encoders:
+            for model in encoders.encoders:
+                model.cancel = cancel
+            cond = encoders.encode(job.prompt, job.negative_prompt)
+        if path is not None:
+            write_file(path, {"job": job.to_dict()}, dataclasses.asdict(cond))
+        return cond
+
+    def _job(self, seed, prompt, negative_prompt, steps, sampler, turbo, width, height, guidance, init_noise) -> Job:
+        if not isinstance(prompt, str):
+            raise InputError(f"prompt must be text, got {type(prompt).__name__}")
+        if negative_prompt is not None and not isinstance(negative_prompt, str):
+            raise InputError(f"negative prompt must be text, got {type(negative_prompt).__name__}")
+        if sampler not in SAMPLERS:
+            raise InputError(f"unknown sampler '{sampler}'; choose one of: {', '.join(SAMPLERS)}")
+        if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= 1000:
+            raise InputError(f"steps must be a whole number from 1 to 1000, got {steps!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+            raise InputError(f"seed must be a whole number from 0 to {MAX_SEED}, got {seed!r}")
+        if not isinstance(guidance, (int, float)) or isinstance(guidance, bool) or not math.isfinite(guidance) \
+                or not 0 <= guidance <= 50:
+            raise InputError(f"guidance must be a number from 0 to 50 (SDXL works best around 5-8), got {guidance!r}")
+        check_size(width, height)
+        noise_hash = None
+        if init_noise is not None:
+            expected = (1, 4, height // 8, width // 8)
+            noise = np.asarray(init_noise)
+            if noise.shape != expected or not np.issubdtype(noise.dtype, np.floating) or not np.isfinite(noise).all():
+                raise InputError(f"init noise must be finite floats of shape {list(expected)} for {width}x{height}, "
+                                 f"got {noise.dtype} {list(noise.shape)}")
+            noise_hash = hashlib.sha256(np.ascontiguousarray(noise, dtype=np.float32).tobytes()).hexdigest()
+        return Job(prompt, negative_prompt, seed, steps, sampler, bool(turbo), width, height, float(guidance),
+                   self.model_id, self.preset, engine.__version__, noise_hash)
+
+
+class _Run:
+    """One job's sampling loop with its checkpoints."""
+
+    def __init__(self, pipe: Pipeline, job: Job, sampler: Sampler, store: CheckpointDir | None,
+                 on_progress: Callable[[Progress], object] | None, cancel: threading.Event | None):
+        self.pipe, self.job, self.sampler, self.store = pipe, job, sampler, store
+        self.on_progress, self.cancel = on_progress, cancel
+        self.cfg = job.guidance > 1.0
+        self.split = self.cfg and not pipe.options.cfg_batch
+        self.resumed_from: int | None = None
+        self.step_seconds: list[float] = []
+        self.checkpoint_seconds = 0.0
+        self._half_seconds = 0.0
+        self.evaluations = sampler.steps * (2 if self.split else 1)
+
+    def seconds_per_step(self) -> float | None:
+        return round(sum(self.step_seconds) / len(self.step_seconds), 3) if self.step_seconds else None
+
+    def sample(self, latest, init_noise: np.ndarray | None) -> np.ndarray:
+        job, sampler = self.job, self.sampler
+        rng = np.random.Generator(np.random.PCG64(job.seed))
+        shape = (1, 4, job.height // 8, job.width // 8)
+        if latest is not None:
+            step, half = latest.meta["step"], latest.meta["half"]
+            x = latest.arrays["latents"]
+            state = SamplerState.from_arrays(latest.arrays)
+            eps_uncond = latest.arrays.get("eps_uncond")
+            rng.bit_generator.state = latest.meta["rng"]
+            self.resumed_from = step
+            log.info("resumed from step %d%s of %d (%s)", step, " and a half" if half else "", sampler.steps,
+                     latest.path.name)
+        else:
+            step, half, eps_uncond = 0, 0, None
+            state = SamplerState()
+            noise = draw_noise(rng, shape) if init_noise is None else np.asarray(init_noise, dtype=np.float32)
+            x = (noise * np.float32(sampler.init_noise_sigma)).astype(np.float32)
+        if step >= sampler.steps:
+            return x
+        self._cancel_check()
+        cond = self.pipe.conditioning(job, self.store, self.cancel)
+        h, w = job.height, job.width
+        time_ids = np.array([[h, w, 0, 0, h, w]], dtype=np.float32)
+        with UNet.load(self.pipe.root / "unet", self.pipe.preset, **self.pipe.overrides) as unet:
+            unet.cancel = self.cancel
+            while step < sampler.steps:
+                started = time.perf_counter()
+                t = float(sampler.timesteps[step])
+                x_in = sampler.scale_input(step, x)
+                if not self.cfg:
+                    eps = unet(x_in, t, cond.prompt_embeds, cond.pooled, time_ids)
+                elif not self.split:
+                    both = unet(np.concatenate([x_in, x_in]), t,
+                                np.concatenate([cond.negative_embeds, cond.prompt_embeds]),
+                                np.concatenate([cond.negative_pooled, cond.pooled]), np.repeat(time_ids, 2, 0))
+                    eps = guided(both[:1], both[1:], job.guidance)
+                elif half == 0:
+                    eps_uncond = unet(x_in, t, cond.negative_embeds, cond.negative_pooled, time_ids)
+                    half = 1
+                    self._evaluated(step, half, x, state, rng, eps_uncond, time.perf_counter() - started)
+                    continue
+                else:
+                    eps = guided(eps_uncond, unet(x_in, t, cond.prompt_embeds, cond.pooled, time_ids), job.guidance)
+                x = sampler.step(step, x, eps, state, rng)
+                step, half, eps_uncond = step + 1, 0, None
+                self._evaluated(step, half, x, state, rng, None, time.perf_counter() - started)
+        return x
+
+    def _evaluated(self, step: int, half: int, x: np.ndarray, state: SamplerState, rng: np.random.Generator,
+                   eps_uncond: np.ndarray | None, seconds: float) -> None:
+        """Checkpoint, then report progress; stop here if asked."""
+        if self.store is not None:
+            started = time.perf_counter()
+            arrays = {"latents": x, **state.arrays()}
+            if eps_uncond is not None:
+                arrays["eps_uncond"] = eps_uncond
+            self.store.save({"job": self.job.to_dict(), "step": step, "half": half,
+                             "rng": rng.bit_generator.state}, arrays)
+            self.checkpoint_seconds += time.perf_counter() - started
+        if self.split and half == 1:
+            self._half_seconds = seconds
+        else:
+            self.step_seconds.append(seconds + self._half_seconds)
+            self._half_seconds = 0.0
+        per_step = self.evaluations // self.sampler.steps
+        done = step * per_step + half
+        per_eval = sum(self.step_seconds) / len(self.step_seconds) / per_step if self.step_seconds else None
+        progress = Progress(step, self.sampler.steps, done, self.evaluations, self.seconds_per_step(),
+                            None if per_eval is None else round(per_eval * (self.evaluations - done), 1),
+                            self.resumed_from)
+        if self.on_progress is not None and self.on_progress(progress) is False:
+            raise Cancelled(f"stopped after step {step} of {self.sampler.steps}")
+        self._cancel_check()
+
+    def _cancel_check(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled("stopped on request")
+
+
+def guided(eps_uncond: np.ndarray, eps_cond: np.ndarray, guidance: float) -> np.ndarray:
+    """Classifier-free guidance, as diffusers computes it."""
+    return (eps_uncond + np.float32(guidance) * (eps_cond - eps_uncond)).astype(np.float32)
+
+
+def check_size(width: int, height: int) -> None:
+    for name, v in (("width", width), ("height", height)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 64 or v > 4096:
+            raise InputError(f"{name} must be a whole number of pixels from 64 to 4096, got {v!r}")
+        if v % 8:
+            raise InputError(f"{name} {v} is not a multiple of 8 (the VAE works in 8-pixel cells); "
+                             f"try {v // 64 * 64 or 64} or {(v // 64 + 1) * 64}")
+        if v % 64:
+            log.warning("%s %d is not a multiple of 64; SDXL was trained on multiples of 64 and may draw worse "
+                        "(try %d or %d)", name, v, v // 64 * 64, (v // 64 + 1) * 64)
+
+
+def model_fingerprint(root: Path, sample_bytes: int = 1 << 16, samples: int = 8) -> str:
+    """Identity of a model folder's contents: configs, weight file sizes, and sampled bytes of
+    each weight file (its header and evenly spaced blocks), so a different fine-tune of the
+    same shapes is told apart without reading gigabytes."""
+    h = hashlib.sha256()
+    for component in COMPONENTS:
+        folder = root / component
+        h.update(component.encode() + b"\0" + (folder / "config.json").read_bytes())
+        stem = "diffusion_pytorch_model" if component in ("unet", "vae") else "model"
+        for path in find_weight_files(folder, stem):
+            size = path.stat().st_size
+            h.update(f"{path.name}\0{size}\0".encode())
+            with open(path, "rb") as f:
+                for i in range(samples + 1):
+                    f.seek(min(size, (size - sample_bytes) * i // samples) if size > sample_bytes else 0)
+                    h.update(f.read(sample_bytes))
+    return h.hexdigest()[:32]

@@ -1,0 +1,164 @@
+"""`slowframe generate`: one picture from the command line, resumable, with a progress bar.
+
+The flags follow OnnxStream's sd tool where they overlap (--models-path, --prompt,
+--neg-prompt, --steps, --seed, --res, --rpi-lowmem is --preset rpi-lowmem here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import Cancelled, InputError
+from engine.options import PRESETS
+from engine.sdxl.samplers import SAMPLERS
+
+log = logging.getLogger("slowframe")
+
+
+def add_generate_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "generate", help="generate one picture from a prompt",
+        description="Generate one picture with SDXL. With --checkpoint-dir the run saves its state after every "
+                    "UNet evaluation; run the same command again after a power cut or Ctrl-C and it resumes.")
+    p.add_argument("--models-path", required=True, metavar="DIR", help="an SDXL model folder (diffusers layout)")
+    p.add_argument("--prompt", required=True, help="what to draw; (word:1.3) and [word] set emphasis")
+    p.add_argument("--neg-prompt", default=None, metavar="TEXT", help="what to avoid")
+    p.add_argument("--steps", type=int, default=None, help="sampling steps (default 20; 1 with --turbo)")
+    p.add_argument("--seed", type=int, default=None, help="0..2^64-1 (default: random, printed)")
+    p.add_argument("--width", type=int, default=None, help="pixels, a multiple of 64 (default 1024)")
+    p.add_argument("--height", type=int, default=None, help="pixels, a multiple of 64 (default 1024)")
+    p.add_argument("--res", default=None, metavar="WxH", help="width and height at once, e.g. 1344x768")
+    p.add_argument("--guidance", type=float, default=None, help="classifier-free guidance (default 5; 0 with --turbo)")
+    p.add_argument("--sampler", choices=SAMPLERS, default="euler", help="default: %(default)s")
+    p.add_argument("--turbo", action="store_true", help="SDXL-Turbo mode: euler_a, trailing spacing, no CFG")
+    p.add_argument("--preset", choices=list(PRESETS), default="default",
+                   help="engine settings: default (a PC), rpi, rpi-lowmem (a Pi Zero 2 W at 1024x1024)")
+    p.add_argument("--output", default="out.png", help="the PNG to write (default: %(default)s)")
+    p.add_argument("--save-latents", metavar="FILE.npy", help="also write the final latents (before VAE scaling)")
+    p.add_argument("--decode-latents", metavar="FILE.npy", help="skip diffusion: decode these latents")
+    p.add_argument("--init-noise", metavar="FILE.npy", help="initial noise (1,4,H/8,W/8) instead of the seed's")
+    p.add_argument("--not-tiled", action="store_true", help="decode the VAE in one piece (needs far more memory)")
+    p.add_argument("--checkpoint-dir", metavar="DIR", help="save state after every UNet evaluation; resume from it")
+    p.add_argument("--restart", action="store_true", help="discard the checkpoints in --checkpoint-dir first")
+    p.add_argument("--ops-printf", action="store_true", help="print every op with its bytes, time and RSS")
+    p.add_argument("--json", action="store_true", help="print progress as one JSON object per line on stdout")
+    p.set_defaults(func=cmd_generate)
+
+
+def size_from(args: argparse.Namespace) -> tuple[int, int]:
+    if args.res is not None:
+        if args.width is not None or args.height is not None:
+            raise InputError("give either --res WxH or --width/--height, not both")
+        w, sep, h = args.res.lower().partition("x")
+        if not sep or not w.isdigit() or not h.isdigit():
+            raise InputError(f"--res must look like 1024x1024 (width x height), got '{args.res}'")
+        return int(w), int(h)
+    return args.width or 1024, args.height or 1024
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from engine.sdxl import Pipeline
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    width, height = size_from(args)
+    overrides = {"ops_printf": True} if args.ops_printf else {}
+    pipe = Pipeline.load(args.models_path, preset=args.preset, **overrides)
+    output = Path(args.output)
+    if args.decode_latents:
+        latents = load_npy(args.decode_latents, "--decode-latents")
+        image = pipe.decode(latents, tiled=not args.not_tiled)
+        image.save(output)
+        print(f"wrote {output} ({image.width}x{image.height}) from {args.decode_latents}", file=sys.stderr)
+        return 0
+    init_noise = load_npy(args.init_noise, "--init-noise") if args.init_noise else None
+
+    cancel = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: cancel.set())
+    progress = JsonProgress() if args.json else ProgressBar()
+    try:
+        result = pipe.generate(args.prompt, args.neg_prompt, steps=args.steps, guidance=args.guidance,
+                               seed=args.seed, width=width, height=height, sampler=args.sampler, turbo=args.turbo,
+                               init_noise=init_noise, checkpoint_dir=args.checkpoint_dir, restart=args.restart,
+                               on_progress=progress, cancel=cancel, tiled=not args.not_tiled)
+    except Cancelled:
+        progress.close()
+        where = f"; run the same command to resume from {args.checkpoint_dir}" if args.checkpoint_dir else ""
+        print(f"slowframe: stopped{where}", file=sys.stderr)
+        return 143
+    progress.close()
+    result.save(output)
+    if args.save_latents:
+        save_npy(args.save_latents, result.latents)
+    meta = result.metadata
+    summary = {"event": "done", "output": str(output), "seed": meta["seed"], "resumed_from": result.resumed_from,
+               **result.timings}
+    if args.json:
+        print(json.dumps(summary), flush=True)
+    print(f"wrote {output} ({meta['width']}x{meta['height']}, seed {meta['seed']}, "
+          f"{result.timings['seconds_per_step']} s/step)", file=sys.stderr)
+    return 0
+
+
+def load_npy(path: str, flag: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{flag} {path}: cannot read a .npy array ({e})") from None
+
+
+def save_npy(path: str, array: np.ndarray) -> None:
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, array)
+    tmp.replace(target)
+
+
+class ProgressBar:
+    """step k/n, a bar, seconds per step and the time left, redrawn in place on a terminal."""
+
+    def __init__(self, stream=sys.stderr, width: int = 24):
+        self.stream, self.width = stream, width
+        self.tty = stream.isatty()
+        self.started = time.monotonic()
+
+    def __call__(self, p) -> None:
+        filled = round(self.width * p.evaluation / p.evaluations)
+        rate = f"{p.seconds_per_step:.1f} s/step" if p.seconds_per_step is not None else "-- s/step"
+        eta = f"ETA {format_seconds(p.eta_seconds)}" if p.eta_seconds is not None else ""
+        line = f"step {p.step}/{p.steps} [{'#' * filled}{'.' * (self.width - filled)}] {rate} {eta}"
+        if self.tty:
+            self.stream.write("\r" + line.ljust(78))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+
+
+class JsonProgress:
+    def __call__(self, p) -> None:
+        print(json.dumps({"event": "progress", "step": p.step, "steps": p.steps, "evaluation": p.evaluation,
+                          "evaluations": p.evaluations, "seconds_per_step": p.seconds_per_step,
+                          "eta_seconds": p.eta_seconds, "resumed_from": p.resumed_from}), flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def format_seconds(s: float) -> str:
+    s = int(round(s))
+    h, rem = divmod(s, 3600)
+    return f"{h}:{rem // 60:02d}:{rem % 60:02d}" if h else f"{rem // 60}:{rem % 60:02d}"

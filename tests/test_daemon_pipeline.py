@@ -1,0 +1,60 @@
+"""`slowframe run` with the real pipeline on the built-in tiny model: a picture, and a SIGKILL survived."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from engine.sdxl import Pipeline
+from test_daemon_process import Daemon
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from engine.sdxl.random_model import write_random_model
+
+    return write_random_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def config(model) -> str:
+    return f"""\
+model: {{path: {model}, preset: default}}
+display: {{backend: file, panel: spectra6-4.0, output: panel, min_interval: 0}}
+themes:
+  - {{name: boats, prompt: "a {{red|blue}} boat", steps: 3, size: 256x256, guidance: 5}}
+buttons: {{enabled: false}}
+"""
+
+
+def test_the_daemon_makes_a_picture_and_resumes_it_after_sigkill(tmp_path, tiny_model):
+    first = Daemon(tmp_path, config(tiny_model), generator="frame.worker:load_sdxl")
+    try:
+        first.wait_for(lambda m: "boats: step 1/3" in m, "the first step", timeout=240)
+        job = json.loads((tmp_path / "state" / "job" / "job.json").read_text())["job"]
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+    finally:
+        first.close()
+    (tmp_path / "notify.sock").unlink()
+    second = Daemon(tmp_path, config(tiny_model), generator="frame.worker:load_sdxl")
+    try:
+        deadline = time.monotonic() + 240
+        while not list((tmp_path / "state" / "history").glob("*.json")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        [sidecar] = (tmp_path / "state" / "history").glob("*.json")
+        record = json.loads(sidecar.read_text())
+        assert (record["id"], record["seed"], record["prompt"]) == (job["id"], job["seed"], job["prompt"])
+        assert record["pipeline"]["seed"] == job["seed"] and record["pipeline"]["steps"] == 3
+        assert "resumed from step" in second.logtext()     # not started over...
+        assert Image.open(tmp_path / "panel" / "panel.png").size == (600, 400)
+        # ...and the same picture as a run that was never interrupted
+        uninterrupted = Pipeline.load(tiny_model, preset="default").generate(
+            job["prompt"], steps=3, guidance=5.0, seed=job["seed"], width=256, height=256, sampler="euler").image
+        assert np.array_equal(np.asarray(Image.open(sidecar.with_suffix(".png"))), np.asarray(uninterrupted))
+    finally:
+        second.close()
