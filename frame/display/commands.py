@@ -103,11 +103,18 @@ def load_display_config(path: str | None):
         raise DisplayError(f"{where}: {exc}") from None
 
 
+HISTORY_WORDS = ("next", "previous", "latest")
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from frame.display import open_display
 
+    if args.image in HISTORY_WORDS and not Path(args.image).exists():
+        from frame.daemon_commands import show_from_history
+
+        return show_from_history(args.image)   # the running frame owns the panel
     config = load_display_config(args.config)
     changes = {key: value for key, value in (("backend", args.backend), ("panel", args.panel),
                                              ("output", args.output)) if value is not None}
@@ -160,7 +167,7 @@ def add_display_commands(sub) -> None:
     show = sub.add_parser("show", help="put a picture on the configured display",
                           description="Fit, dither and show a picture with the display settings of the config file "
                                       f"(--config, else {' or '.join(CONFIG_SEARCH)}).")
-    show.add_argument("image", help="the picture")
+    show.add_argument("image", help="the picture, or next / previous / latest to browse the running frame's history")
     show.add_argument("--config", help="the slowframe config file whose display: section to use")
     show.add_argument("--backend", choices=BACKENDS, help="override display.backend")
     show.add_argument("--panel", choices=["auto", *PANELS], metavar="NAME", help="override display.panel")
