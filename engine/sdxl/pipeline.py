@@ -40,6 +40,7 @@ from PIL import Image, PngImagePlugin
 import engine
 from engine.checkpoint import CheckpointDir, CorruptCheckpoint, read_file, write_file
 from engine.errors import Cancelled, InputError, ModelFileError
+from engine.memory import release_free_memory
 from engine.options import resolve
 from engine.sdxl.conditioning import Conditioning, TextEncoders
 from engine.sdxl.samplers import SAMPLERS, NoiseSchedule, Sampler, SamplerState, draw_noise, make_sampler
@@ -199,6 +200,7 @@ class Pipeline:
                              "or choose another checkpoint folder.")
         run = _Run(self, job, make_sampler(sampler, steps, self.schedule, turbo=turbo), store, on_progress, cancel)
         latents = run.sample(latest, init_noise)
+        release_free_memory()        # each stage's peak, not the sum: the UNet is gone, the VAE comes
         image = self.decode(latents, tiled=tiled, cancel=cancel)
         timings = {"seconds_per_step": run.seconds_per_step(), "checkpoint_seconds": round(run.checkpoint_seconds, 4)}
         return Result(image, latents, {**job.to_dict(), "model_name": self.root.name}, timings, run.resumed_from)
@@ -301,6 +303,7 @@ class _Run:
             return x
         self._cancel_check()
         cond = self.pipe.conditioning(job, self.store, self.cancel)
+        release_free_memory()        # the text encoders are gone; the UNet comes
         h, w = job.height, job.width
         time_ids = np.array([[h, w, 0, 0, h, w]], dtype=np.float32)
         with UNet.load(self.pipe.root / "unet", self.pipe.preset, **self.pipe.overrides) as unet:
