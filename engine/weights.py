@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +89,8 @@ class TensorStore:
                 self.tensors[name] = info
         self._fds: dict[Path, int] = {}
         self._fd_lock = threading.Lock()
+        self.patch: Callable[[str, np.ndarray, int], None] | None = None
+        """patch(name, rows, r0) changes every fp32 read in place (run-time LoRA, engine/convert/lora.py)."""
 
     @classmethod
     def open(cls, folder: Path, drop_pages: bool = False) -> "TensorStore":
@@ -187,6 +189,8 @@ class TensorStore:
             self._read_chunked(info, fd, offset, 1, flat, dequant, align=row)
         if self.drop_pages:
             os.posix_fadvise(fd, offset, flat.size * item, os.POSIX_FADV_DONTNEED)
+        if self.patch is not None:
+            self.patch(name, out, r0)
         return out
 
     def _read_chunked(self, info: TensorInfo, fd: int, offset: int, itemsize: int, dst: np.ndarray, convert,

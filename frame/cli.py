@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine.convert.commands import add_models_commands
 from engine.errors import EngineError
 from frame.config import ConfigError
 from frame.control import ControlError
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     quantize.add_argument("src", help="a diffusers component folder such as .../unet, or a model root")
     quantize.add_argument("dst", help="the new folder to create (must not exist)")
     quantize.set_defaults(func=cmd_models_quantize)
+    add_models_commands(models_sub)
 
     demo = sub.add_parser("demo", help="the whole job on a built-in tiny model: prompt -> picture -> panel "
                                        "(no download needed)")

@@ -57,3 +57,11 @@ def tiny_unets(tmp_path_factory) -> dict[str, TinyUNet]:
 @pytest.fixture(scope="session")
 def tiny_unet(tiny_unets) -> TinyUNet:
     return tiny_unets["tiny"]
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """A tiny SDXL model as a diffusers folder and as a single-file SGM checkpoint (tests/tiny_sgm.py)."""
+    from tiny_sgm import TinyCheckpoint
+
+    return TinyCheckpoint(tmp_path_factory.mktemp("checkpoint"))

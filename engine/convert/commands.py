@@ -1,0 +1,79 @@
+"""`slowframe models import | verify | list`: the command-line side of engine/convert."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from engine.convert.importer import PRECISIONS
+from engine.convert.lora import parse_lora_spec
+
+DEFAULT_MODELS_DIR = Path("/var/lib/slowframe/models")   # where the frame's config looks by default
+
+
+def add_models_commands(models_sub: argparse._SubParsersAction) -> None:
+    imp = models_sub.add_parser(
+        "import", help="make a model folder from a diffusers folder or a single .safetensors SDXL checkpoint",
+        description="Convert an SDXL model into the folder slowframe runs, tensor by tensor in a few hundred MB "
+                    "(fine on the Pi itself). SRC is a diffusers folder (model_index.json, unet/, ...) or one "
+                    ".safetensors checkpoint as model sites offer them (sd_xl_base_1.0.safetensors and its "
+                    "fine-tunes). An interrupted import resumes when the same command is run again.")
+    imp.add_argument("src", help="diffusers model folder, or single-file .safetensors checkpoint")
+    imp.add_argument("dest", help="the model folder to create (must not exist)")
+    imp.add_argument("--precision", choices=PRECISIONS, default="fp16",
+                     help="fp16 (default), or uint8: the UNet as uint8 with a scale per output channel, "
+                          "half the size and half the reads per step")
+    imp.add_argument("--lora", action="append", default=[], type=parse_lora_spec, metavar="FILE[:WEIGHT]",
+                     help="merge a LoRA style into the weights (kohya or diffusers format; weight 1 if not given); "
+                          "repeat for several")
+    imp.add_argument("--vae", metavar="FILE_OR_DIR", help="use this VAE instead of the model's own (a diffusers "
+                     "vae/ folder or a .safetensors VAE, e.g. sdxl-vae-fp16-fix)")
+    imp.add_argument("--config", metavar="DIR", help="for a single-file checkpoint whose architecture differs from "
+                     "SDXL's conventions: a diffusers folder whose config files describe it")
+    imp.set_defaults(func=cmd_import)
+
+    verify = models_sub.add_parser("verify", help="check a model folder's files against its manifest and configs",
+                                   description="Recompute the sha256 of every file of an imported model and check "
+                                               "every tensor's name, shape and dtype against its config.json.")
+    verify.add_argument("dest", help="the model folder")
+    verify.set_defaults(func=cmd_verify)
+
+    ls = models_sub.add_parser("list", help="list model folders: name, size, precision, source")
+    ls.add_argument("dir", nargs="?", default=str(DEFAULT_MODELS_DIR),
+                    help="folder holding model folders (default: %(default)s)")
+    ls.set_defaults(func=cmd_list)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from engine.convert.importer import import_model
+    from engine.trace import peak_rss_bytes
+
+    report = import_model(args.src, args.dest, precision=args.precision, loras=args.lora, vae=args.vae,
+                          config_dir=args.config, log=print)
+    print(f"imported {args.src} -> {report.dest}: {report.bytes_in / 1e9:.2f} GB -> {report.bytes_out / 1e9:.2f} GB "
+          f"({args.precision}) in {report.seconds:.1f} s, peak RSS {peak_rss_bytes() / 1e6:.0f} MB")
+    print(f"check it any time with: slowframe models verify {report.dest}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from engine.convert.verify import verify_model
+
+    report = verify_model(args.dest, log=print)
+    print(f"{args.dest}: OK ({report.files} files, {report.bytes / 1e9:.2f} GB, {report.tensors} tensors)")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from engine.convert.verify import list_models
+
+    entries = list_models(args.dir)
+    if not entries:
+        print(f"no models in {args.dir} (make one with: slowframe models import SRC {Path(args.dir) / 'NAME'})")
+        return 0
+    rows = [("NAME", "SIZE", "PRECISION", "SOURCE", "STATUS")]
+    rows += [(e.name, f"{e.bytes / 1e9:.2f} GB", e.precision, e.source, e.status) for e in entries]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
+    return 0

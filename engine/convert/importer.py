@@ -1,0 +1,472 @@
+"""`slowframe models import SRC DEST`: a diffusers folder or a single-file SGM checkpoint
+becomes a model folder the engine runs (diffusers layout plus slowframe-model.json),
+converted tensor by tensor on the Pi itself.
+
+Memory: one band of rows of one tensor at a time (at most CHUNK_ELEMENTS as fp32), so
+a 7 GB checkpoint imports in well under 300 MB. Weights are written as fp16; with
+precision "uint8" the UNet's matrices and kernels are stored as uint8 with a scale and
+zero point per output channel (engine/quantize.py's format) and everything else as
+fp16. LoRAs given at import are merged into the weights on the way.
+
+Interruptions: everything is written into a hidden `.DEST.partial` folder next to DEST,
+renamed to DEST only when complete and fsynced, so DEST never exists half-written.
+Progress (bytes of each weight file written and fsynced, and the source's hashes) is
+saved as it goes; running the same command again resumes where it stopped, and a
+changed source, option or slowframe version starts over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+import engine
+from engine import fastops
+from engine.convert import manifest as mf
+from engine.convert import project_files
+from engine.convert.diffusers_source import open_diffusers, open_vae
+from engine.convert.layout import COMPONENTS, expected_shapes, weight_file
+from engine.convert.lora import LoraFile, LoraPatch, bind, open_loras
+from engine.convert.sgm_source import open_sgm
+from engine.convert.source import ModelSource, SourceTensor
+from engine.errors import EngineError, InputError, ModelFileError
+from engine.quantize import FORMAT as UINT8_FORMAT
+from engine.quantize import quantize_rows, should_quantize
+from engine.safetensors import ITEMSIZE, SafetensorsWriter, pread_into, refuse_pickle
+from engine.sdxl.unet_config import parse_config as parse_unet_config
+from engine.weights import Q_SCALE, Q_ZERO
+
+PRECISIONS = ("fp16", "uint8")     # uint8: the UNet's matrices and kernels; the rest stays fp16
+CHUNK_ELEMENTS = 4 << 20          # rows converted at once: 16 MB as fp32
+CHECKPOINT_BYTES = 64 << 20       # progress is made durable after this much output
+STATE_FILE = ".import-state.json"
+STATE_VERSION = 1
+FP16_MAX = 65504.0
+FP16_OVERFLOW = 65520.0           # rounds to infinity from here on
+LOG_EVERY_BYTES = 256 << 20
+
+
+@dataclass
+class ImportReport:
+    dest: Path
+    bytes_in: int
+    bytes_out: int
+    seconds: float
+    resumed_bytes: int             # output already written by an interrupted run
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Told after every tensor written."""
+
+    file: str
+    tensor: str
+    index: int          # tensors of this file done
+    bytes_done: int     # all weight files, this run and earlier ones
+    bytes_total: int
+
+
+@dataclass
+class _Output:
+    """One weight file to write: its tensors in order, and which become uint8."""
+
+    component: str
+    path: str                                       # relative to the model folder
+    tensors: list[tuple[str, SourceTensor, bool]]   # (name, source, quantize)
+    metadata: dict[str, str]
+    patch: LoraPatch | None
+
+    def entries(self) -> list[tuple[str, str, tuple[int, ...]]]:
+        out = []
+        for name, src, quantize in self.tensors:
+            if quantize:
+                out += [(name, "U8", src.shape), (name + Q_SCALE, "F32", src.shape[:1]),
+                        (name + Q_ZERO, "F32", src.shape[:1])]
+            else:
+                out.append((name, "F16", src.shape))
+        return out
+
+    def header(self) -> bytes:
+        buf = io.BytesIO()
+        SafetensorsWriter(buf, self.entries(), self.metadata)
+        return buf.getvalue()
+
+    def size(self) -> int:
+        return len(self.header()) + sum(ITEMSIZE[d] * int(np.prod(s, dtype=np.int64)) for _, d, s in self.entries())
+
+
+def import_model(src: str | Path, dest: str | Path, precision: str = "fp16",
+                 loras: list[tuple[str | Path, float]] = (), vae: str | Path | None = None,
+                 config_dir: str | Path | None = None, log: Callable[[str], object] = print,
+                 progress: Callable[[Progress], object] | None = None) -> ImportReport:
+    """Convert SRC (diffusers folder or SGM .safetensors) into the model folder DEST."""
+    started = time.monotonic()
+    src, dest = Path(src), Path(dest)
+    if precision not in PRECISIONS:
+        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if dest.exists():
+        raise ModelFileError(f"{dest}: already exists; give a new folder name (nothing was changed)")
+    if not dest.parent.is_dir():
+        raise ModelFileError(f"{dest.parent}: no such folder to create {dest.name} in")
+    partial = dest.parent / f".{dest.name}.partial"
+    source = _open_source(src, Path(config_dir) if config_dir else None)
+    lora_files: list[LoraFile] = []
+    try:
+        if vae is not None:
+            source.components["vae"] = open_vae(Path(vae), source)
+        lora_files = open_loras(list(loras))
+        outputs = _plan(source, precision, lora_files)
+        for note in source.notes:
+            log(note)
+        fingerprint = _fingerprint(source, precision, lora_files, vae, outputs)
+        state = _State.resume_or_start(partial, fingerprint, log)
+        total = sum(o.size() for o in outputs)
+        _check_space(partial, total - state.bytes_written())
+        try:
+            report = _run(source, dest, partial, state, outputs, precision, lora_files, vae, total, log, progress)
+        except EngineError:
+            shutil.rmtree(partial, ignore_errors=True)   # the source is bad: resuming cannot help
+            raise
+        except OSError as e:
+            raise ModelFileError(f"{e.filename or partial}: {e.strerror}. What was converted so far is kept in "
+                                 f"{partial}: fix the problem and run the same command again to resume") from None
+        except KeyboardInterrupt:
+            log(f"interrupted; run the same command again to resume (progress is kept in {partial})")
+            raise
+    finally:
+        for lora in lora_files:
+            lora.close()
+        source.close()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _open_source(src: Path, config_dir: Path | None) -> ModelSource:
+    if src.is_dir():
+        if config_dir is not None:
+            raise InputError("--config is for single-file checkpoints; a diffusers folder has its own configs")
+        source = open_diffusers(src)
+    elif src.is_file():
+        refuse_pickle(src)
+        if src.suffix.lower() != ".safetensors":
+            raise ModelFileError(f"{src}: expected a .safetensors checkpoint or a diffusers model folder")
+        source = open_sgm(src, config_dir)
+    else:
+        raise ModelFileError(f"{src}: no such file or folder")
+    return source
+
+
+def _plan(source: ModelSource, precision: str, loras: list[LoraFile]) -> list[_Output]:
+    """The four weight files: tensors in the order the engine reads them, LoRAs bound."""
+    outputs = []
+    for component in COMPONENTS:
+        comp = source.components[component]
+        order = expected_shapes(component, comp.config, comp.origin)
+        shapes = {name: tuple(shape) for name, shape in order.items()}
+        unet = parse_unet_config(comp.config) if component == "unet" else None
+        patch = bind(loras, component, shapes, unet) if component != "vae" else None
+        uint8 = precision == "uint8" and component == "unet"
+        tensors = [(name, comp.tensors[name], uint8 and should_quantize(shapes[name])) for name in order]
+        metadata = {"format": "pt"}
+        if uint8:
+            metadata["slowframe_quantization"] = UINT8_FORMAT
+        outputs.append(_Output(component, weight_file(component), tensors, metadata, patch))
+    return outputs
+
+
+def _fingerprint(source: ModelSource, precision: str, loras: list[LoraFile], vae, outputs: list[_Output]) -> str:
+    """What decides the output: the source files as they are now, the options, the plan."""
+    def identity(path: Path) -> list:
+        st = path.stat()
+        return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+
+    data = {
+        "version": [STATE_VERSION, engine.__version__],
+        "sources": [identity(p) for p in source.files()],
+        "loras": [identity(l.path) + [l.weight] for l in loras],
+        "vae": str(vae) if vae else None,
+        "precision": precision,
+        "configs": {c: source.components[c].config for c in COMPONENTS},
+        "files": {o.path: [list(e) for e in o.entries()] for o in outputs},
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _check_space(partial: Path, needed: int) -> None:
+    free = shutil.disk_usage(partial).free
+    if needed > free:
+        raise ModelFileError(f"{partial.parent}: the import needs {needed / 1e9:.2f} GB more but only "
+                             f"{free / 1e9:.2f} GB is free; free some space and run the command again")
+
+
+class _State:
+    """The resume record inside the .partial folder."""
+
+    def __init__(self, folder: Path, fingerprint: str, data: dict):
+        self.folder = folder
+        self.fingerprint = fingerprint
+        self.data = data
+
+    @classmethod
+    def resume_or_start(cls, folder: Path, fingerprint: str, log) -> "_State":
+        path = folder / STATE_FILE
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                data = {}
+            if data.get("fingerprint") == fingerprint:
+                state = cls(folder, fingerprint, data)
+                log(f"resuming an interrupted import ({state.bytes_written() / 1e9:.2f} GB already converted)")
+                return state
+            log(f"{folder} holds an interrupted import of something else (another source or other options); "
+                "starting over")
+        elif folder.exists():
+            log(f"{folder} holds an unfinished import without progress records; starting over")
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir()
+        state = cls(folder, fingerprint, {"fingerprint": fingerprint, "files": {}, "sources": None})
+        state.save()
+        return state
+
+    def bytes_written(self) -> int:
+        return sum(f["bytes"] for f in self.data["files"].values())
+
+    def file(self, path: str) -> dict | None:
+        return self.data["files"].get(path)
+
+    def set_file(self, path: str, record: dict) -> None:
+        self.data["files"][path] = record
+        self.save()
+
+    def save(self) -> None:
+        path = self.folder / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write(json.dumps(self.data, indent=1))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+
+def _run(source: ModelSource, dest: Path, partial: Path, state: _State, outputs: list[_Output], precision: str,
+         loras: list[LoraFile], vae, total: int, log, progress) -> ImportReport:
+    resumed = state.bytes_written()
+    if state.data["sources"] is None:
+        model = [c for c in COMPONENTS if not (vae and c == "vae")]
+        state.data["sources"] = _hashes(source.files(model), log)
+        state.data["vae"] = _hashes(source.components["vae"].files, log) if vae else []
+        state.data["loras"] = [dict(lora.describe(), sha256=mf.sha256_file(lora.path)) for lora in loras]
+        state.save()
+    counter = _Counter(total, resumed, log)
+    for out in outputs:
+        _write_weights(out, partial, state, counter, progress)
+    supplied = _write_other_files(source, partial, precision)
+    files = {}
+    for path in sorted(p for p in partial.rglob("*") if p.is_file() and p.name != STATE_FILE):
+        rel = path.relative_to(partial).as_posix()
+        record = state.file(rel)
+        files[rel] = {"bytes": record["bytes"], "sha256": record["sha256"]} if record else mf.file_record(path)
+    sources = state.data["sources"]
+    manifest = {
+        "format": mf.FORMAT, "version": mf.VERSION,
+        "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "source": {"path": str(source.path), "kind": source.kind, "files": sources},
+        "vae": {"path": str(vae), "files": state.data["vae"]} if vae else None,
+        "precision": precision,
+        "loras": state.data["loras"],
+        "supplied": supplied,
+        "files": files,
+    }
+    mf.write_manifest(partial, manifest)
+    (partial / STATE_FILE).unlink()
+    _fsync_tree(partial)
+    if dest.exists():
+        raise ModelFileError(f"{dest}: appeared while importing; the finished import is kept in {partial}")
+    os.rename(partial, dest)
+    _fsync(dest.parent)
+    bytes_in = sum(s["bytes"] for s in sources + state.data["vae"])
+    return ImportReport(dest, bytes_in, sum(f["bytes"] for f in files.values()), 0.0, resumed, source.notes)
+
+
+def _hashes(paths: list[Path], log) -> list[dict]:
+    """Size and sha256 of each source file, with a log line per GB read (minutes on a Pi)."""
+    total = sum(p.stat().st_size for p in paths)
+    log(f"hashing the source ({total / 1e9:.2f} GB, sha256)")
+    counter = _Counter(total, 0, log, "hashed")
+    return [{"path": str(p), "bytes": p.stat().st_size, "sha256": mf.sha256_file(p, counter.add)} for p in paths]
+
+
+class _Counter:
+    """Bytes done, with a log line every LOG_EVERY_BYTES."""
+
+    def __init__(self, total: int, done: int, log, verb: str = "written"):
+        self.total, self.done, self.log, self.verb = total, done, log, verb
+        self._next_log = done + LOG_EVERY_BYTES
+
+    def add(self, n: int) -> None:
+        self.done += n
+        if self.done >= self._next_log:
+            self._next_log = self.done + LOG_EVERY_BYTES
+            self.log(f"  {self.done / 1e9:.2f} of {self.total / 1e9:.2f} GB {self.verb} "
+                     f"({100 * self.done / self.total:.0f}%)")
+
+
+def _write_weights(out: _Output, root: Path, state: _State, counter: _Counter, progress) -> None:
+    record = state.file(out.path)
+    if record and record.get("sha256"):
+        return  # finished by an earlier run
+    path = root / out.path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = out.header()
+    hasher = hashlib.sha256()
+    start = 0
+    if record and path.is_file() and path.stat().st_size >= record["bytes"] >= len(header):
+        f = open(path, "r+b")
+        f.truncate(record["bytes"])
+        _hash_prefix(f, record["bytes"], hasher)
+        f.seek(record["bytes"])
+        start = record["tensors"]
+    else:
+        f = open(path, "wb")
+        f.write(header)
+        hasher.update(header)
+    with f:
+        since_checkpoint = 0
+        for i in range(start, len(out.tensors)):
+            name, src, quantize = out.tensors[i]
+            written = _write_tensor(f, hasher, name, src, quantize, out.patch)
+            counter.add(written)
+            since_checkpoint += written
+            if since_checkpoint >= CHECKPOINT_BYTES or i == len(out.tensors) - 1:
+                f.flush()
+                os.fsync(f.fileno())
+                done = i == len(out.tensors) - 1
+                state.set_file(out.path, {"bytes": f.tell(), "tensors": i + 1,
+                                          "sha256": hasher.hexdigest() if done else None})
+                since_checkpoint = 0
+            if progress is not None:
+                progress(Progress(out.path, name, i + 1, counter.done, counter.total))
+
+
+def _hash_prefix(f, n: int, hasher) -> None:
+    f.seek(0)
+    left = n
+    while left:
+        block = f.read(min(left, mf.HASH_CHUNK))
+        hasher.update(block)
+        left -= len(block)
+
+
+def _write_tensor(f, hasher, name: str, src: SourceTensor, quantize: bool, patch: LoraPatch | None) -> int:
+    """Convert one tensor band by band; returns the bytes written."""
+    shape = src.shape
+    rows = shape[0] if shape else 1
+    row_elements = int(np.prod(shape[1:], dtype=np.int64)) if shape else 1
+    step = max(1, CHUNK_ELEMENTS // max(1, row_elements))
+    copy = not quantize and src.info.dtype == "F16" and src.copyable and (patch is None or name not in patch)
+    written = 0
+    scales, zeros = (np.empty(rows, np.float32), np.empty(rows, np.float32)) if quantize else (None, None)
+    fd = os.open(src.info.path, os.O_RDONLY) if copy else -1
+    try:
+        for r0 in range(0, rows, step):
+            r1 = min(rows, r0 + step)
+            if copy:
+                offset, length = src.byte_range(r0, r1)
+                data = np.empty(length // 2, dtype=np.uint16)
+                pread_into(fd, memoryview(data.view(np.uint8)), offset, src.info.path, src.key)
+                if np.any(data & 0x7C00 == 0x7C00):
+                    _not_finite(src)
+            else:
+                data = _convert_rows(name, src, r0, r1, quantize, patch, scales, zeros)
+            written += _emit(f, hasher, data)
+    finally:
+        if copy:
+            os.close(fd)
+    if quantize:
+        written += _emit(f, hasher, scales) + _emit(f, hasher, zeros)
+    return written
+
+
+def _convert_rows(name: str, src: SourceTensor, r0: int, r1: int, quantize: bool, patch: LoraPatch | None,
+                  scales: np.ndarray | None, zeros: np.ndarray | None) -> np.ndarray:
+    """Rows r0:r1 as fp32, LoRA applied, then as stored: uint8 (its scales and zeros
+    filled in) or fp16 bits."""
+    w = src.read_rows(r0, r1)
+    if patch is not None:
+        patch(name, w, r0)
+    if not np.isfinite(w).all():
+        _not_finite(src)
+    if quantize:
+        q, scales[r0:r1], zeros[r0:r1] = quantize_rows(w)
+        return q
+    peak = float(np.abs(w).max()) if w.size else 0.0
+    if peak >= FP16_OVERFLOW:
+        raise ModelFileError(f"{src.info.path}: tensor '{src.key}' has values up to {peak:g}, beyond fp16's "
+                             f"range ({FP16_MAX:g}); this checkpoint cannot be stored in fp16")
+    return fastops.f32_to_f16(w, np.empty(w.shape, dtype=np.uint16))
+
+
+def _emit(f, hasher, array: np.ndarray) -> int:
+    view = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+    f.write(view)
+    hasher.update(view)
+    return len(view)
+
+
+def _not_finite(src: SourceTensor) -> None:
+    raise ModelFileError(f"{src.info.path}: tensor '{src.key}' contains NaN or infinite values; the checkpoint is "
+                         "damaged (or was saved from a diverged training run): get it again")
+
+
+def _write_other_files(source: ModelSource, root: Path, precision: str) -> list[str]:
+    """Configs, tokenizers, scheduler, model_index.json; returns what slowframe supplied."""
+    for component in COMPONENTS:
+        config = dict(source.components[component].config)
+        if component == "unet" and precision == "uint8":
+            config["_slowframe_quantization"] = UINT8_FORMAT
+        project_files.write_json(root / component / "config.json", config)
+    supplied = []
+    for name in ("tokenizer", "tokenizer_2", "scheduler"):
+        folder = root / name
+        if folder.exists():
+            shutil.rmtree(folder)
+        if name in source.copied:
+            folder.mkdir()
+            for entry in sorted(source.copied[name].iterdir()):
+                if entry.is_file() and not entry.name.startswith("."):
+                    shutil.copyfile(entry, folder / entry.name)
+            continue
+        supplied.append(name)
+        if name == "scheduler":
+            project_files.write_scheduler(folder)
+        else:
+            project_files.write_tokenizer(folder, project_files.PAD_TOKENS[name])
+    project_files.write_model_index(root, source.pipeline.get("force_zeros_for_empty_prompt", True))
+    return supplied
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*"), reverse=True):
+        _fsync(path)
+    _fsync(root)
