@@ -83,11 +83,12 @@ def test_final_latents_and_picture_match_diffusers(tiny_sdxl, sampler, turbo, gu
     assert psnr(result.image, ref_image) >= 40.0
 
 
-def test_split_cfg_gives_the_batched_result(tiny_sdxl):
+@pytest.mark.parametrize("kv_entries", [2, 1])
+def test_split_cfg_gives_the_batched_result(tiny_sdxl, kv_entries):
     root, _ = tiny_sdxl
     kw = dict(steps=3, guidance=6.0, seed=9, width=WIDTH, height=HEIGHT, sampler="euler_a")
     batched = Pipeline.load(root).generate(PROMPT, NEGATIVE, **kw)
-    split = Pipeline.load(root, cfg_batch=False).generate(PROMPT, NEGATIVE, **kw)
+    split = Pipeline.load(root, cfg_batch=False, kv_cache_entries=kv_entries).generate(PROMPT, NEGATIVE, **kw)
     assert pcc(batched.latents, split.latents) >= 0.99999
 
 

@@ -289,13 +289,13 @@ class _Run:
             step, half = latest.meta["step"], latest.meta["half"]
             x = latest.arrays["latents"]
             state = SamplerState.from_arrays(latest.arrays)
-            eps_uncond = latest.arrays.get("eps_uncond")
+            eps_first = latest.arrays.get("eps_first")
             rng.bit_generator.state = latest.meta["rng"]
             self.resumed_from = step
             log.info("resumed from step %d%s of %d (%s)", step, " and a half" if half else "", sampler.steps,
                      latest.path.name)
         else:
-            step, half, eps_uncond = 0, 0, None
+            step, half, eps_first = 0, 0, None
             state = SamplerState()
             noise = draw_noise(rng, shape) if init_noise is None else np.asarray(init_noise, dtype=np.float32)
             x = (noise * np.float32(sampler.init_noise_sigma)).astype(np.float32)
@@ -319,26 +319,34 @@ class _Run:
                                 np.concatenate([cond.negative_embeds, cond.prompt_embeds]),
                                 np.concatenate([cond.negative_pooled, cond.pooled]), np.repeat(time_ids, 2, 0))
                     eps = guided(both[:1], both[1:], job.guidance)
-                elif half == 0:
-                    eps_uncond = unet(x_in, t, cond.negative_embeds, cond.negative_pooled, time_ids)
-                    half = 1
-                    self._evaluated(step, half, x, state, rng, eps_uncond, time.perf_counter() - started)
-                    continue
                 else:
-                    eps = guided(eps_uncond, unet(x_in, t, cond.prompt_embeds, cond.pooled, time_ids), job.guidance)
+                    # Split CFG: two batch-1 evaluations. Their order alternates with the step, so
+                    # each step starts with the conditioning the last one ended with and a single
+                    # cached K/V entry (kv_cache_entries=1) is reused every other evaluation.
+                    halves = [(cond.negative_embeds, cond.negative_pooled), (cond.prompt_embeds, cond.pooled)]
+                    if step % 2:
+                        halves.reverse()
+                    if half == 0:
+                        eps_first = unet(x_in, t, *halves[0], time_ids)
+                        half = 1
+                        self._evaluated(step, half, x, state, rng, eps_first, time.perf_counter() - started)
+                        continue
+                    eps_second = unet(x_in, t, *halves[1], time_ids)
+                    uncond, positive = (eps_first, eps_second) if step % 2 == 0 else (eps_second, eps_first)
+                    eps = guided(uncond, positive, job.guidance)
                 x = sampler.step(step, x, eps, state, rng)
-                step, half, eps_uncond = step + 1, 0, None
+                step, half, eps_first = step + 1, 0, None
                 self._evaluated(step, half, x, state, rng, None, time.perf_counter() - started)
         return x
 
     def _evaluated(self, step: int, half: int, x: np.ndarray, state: SamplerState, rng: np.random.Generator,
-                   eps_uncond: np.ndarray | None, seconds: float) -> None:
+                   eps_first: np.ndarray | None, seconds: float) -> None:
         """Checkpoint, then report progress; stop here if asked."""
         if self.store is not None:
             started = time.perf_counter()
             arrays = {"latents": x, **state.arrays()}
-            if eps_uncond is not None:
-                arrays["eps_uncond"] = eps_uncond
+            if eps_first is not None:
+                arrays["eps_first"] = eps_first
             self.store.save({"job": self.job.to_dict(), "step": step, "half": half,
                              "rng": rng.bit_generator.state}, arrays)
             self.checkpoint_seconds += time.perf_counter() - started

@@ -21,7 +21,6 @@ from engine.sources import Concat, Dense, Source, Upsampled, store
 from engine.weights import Group, TensorStore, read_config
 
 TRANSFORMER_NORM_EPS = 1e-6
-KV_CACHE_ENTRIES = 2  # a conditioning and its negative, for CFG run as two evaluations
 
 
 class UNet(StreamedModel):
@@ -199,7 +198,7 @@ class UNet(StreamedModel):
             self._kv.move_to_end(key)
             self._kv_using = self._kv[key]
             return True
-        while len(self._kv) >= KV_CACHE_ENTRIES:
+        while len(self._kv) >= self.options.kv_cache_entries:
             self._kv.popitem(last=False)
         self._kv_filling = self._kv[key] = {}
         return False
