@@ -35,8 +35,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
+import unet_full  # noqa: E402
 from unet_full import (CACHE, MB, cgroup_unavailable_reason, describe_cgroup, describe_drop,  # noqa: E402
                        drop_page_cache, log, run_in_cgroup)
+
+# Its own cgroup, so it can run while another benchmark holds the UNet benchmark's.
+unet_full.CGROUP_DIR = unet_full.CGROUP_ROOT / "slowframe-pipeline-bench"
 
 ROOT = CACHE / "sdxl-random-pipeline"
 SCHEDULER = {"_class_name": "EulerDiscreteScheduler", "num_train_timesteps": 1000, "beta_start": 0.00085,

@@ -40,6 +40,8 @@ def add_generate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--guidance", type=float, default=None, help="classifier-free guidance (default 5; 0 with --turbo)")
     p.add_argument("--sampler", choices=SAMPLERS, default="euler", help="default: %(default)s")
     p.add_argument("--turbo", action="store_true", help="SDXL-Turbo mode: euler_a, trailing spacing, no CFG")
+    p.add_argument("--lora", action="append", default=[], metavar="FILE[:WEIGHT]",
+                   help="a style LoRA applied while the weights stream (repeatable; weight default 1)")
     p.add_argument("--preset", choices=list(PRESETS), default="default",
                    help="engine settings: default (a PC), rpi, rpi-lowmem (a Pi Zero 2 W at 1024x1024)")
     p.add_argument("--output", default="out.png", help="the PNG to write (default: %(default)s)")
@@ -71,7 +73,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     width, height = size_from(args)
     overrides = {"ops_printf": True} if args.ops_printf else {}
-    pipe = Pipeline.load(args.models_path, preset=args.preset, **overrides)
+    from engine.convert.lora import parse_lora_spec
+
+    loras = [parse_lora_spec(spec) for spec in args.lora]
+    pipe = Pipeline.load(args.models_path, preset=args.preset, loras=loras, **overrides)
     output = Path(args.output)
     if args.decode_latents:
         latents = load_npy(args.decode_latents, "--decode-latents")

@@ -21,6 +21,7 @@ as diffusers treats `latents=`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -30,7 +31,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from PIL import Image, PngImagePlugin
 
 import engine
 from engine.checkpoint import CheckpointDir, CorruptCheckpoint, read_file, write_file
+from engine.convert.lora import attach_loras, open_loras
 from engine.errors import Cancelled, InputError, ModelFileError
 from engine.memory import release_free_memory
 from engine.options import resolve
@@ -73,9 +75,12 @@ class Job:
     preset: str
     engine_version: str
     init_noise: str | None = None   # sha256 of the injected initial noise
+    loras: tuple = ()               # ((file name, weight, content fingerprint), ...) applied at run time
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d["loras"] = [list(x) for x in self.loras]    # as JSON gives it back from a checkpoint
+        return d
 
     def differences(self, other: dict) -> list[str]:
         mine = self.to_dict()
@@ -142,8 +147,11 @@ def parameters_text(meta: dict) -> str:
 class Pipeline:
     """An SDXL model folder (diffusers layout) ready to generate; loads weights per stage."""
 
-    def __init__(self, root: Path, preset: str, overrides: dict, schedule: NoiseSchedule, model_id: str):
+    def __init__(self, root: Path, preset: str, overrides: dict, schedule: NoiseSchedule, model_id: str,
+                 loras: list[tuple[Path, float]] = ()):
         self.root = root
+        self.loras = list(loras)
+        self.lora_ids = tuple((p.name, w, file_fingerprint(p)) for p, w in self.loras)
         self.preset = preset
         self.overrides = overrides
         self.options = resolve(preset, **overrides)
@@ -151,9 +159,11 @@ class Pipeline:
         self.model_id = model_id
 
     @classmethod
-    def load(cls, model_root: str | Path, preset: str = "default", **overrides: object) -> "Pipeline":
+    def load(cls, model_root: str | Path, preset: str = "default", loras: list[tuple[str | Path, float]] = (),
+             **overrides: object) -> "Pipeline":
         """Check a model folder (unet/, vae/, text_encoder/, text_encoder_2/, tokenizers,
-        optional scheduler/) without reading its weights."""
+        optional scheduler/) without reading its weights. `loras` [(file, weight), ...] are
+        style LoRAs applied while the weights stream (no new model needed)."""
         root = Path(model_root)
         if not root.is_dir():
             raise ModelFileError(f"{root}: no such model folder; expected an SDXL model in diffusers layout "
@@ -164,7 +174,10 @@ class Pipeline:
                                  "is this an SDXL model folder? `slowframe models import` makes one from a "
                                  "single .safetensors checkpoint")
         resolve(preset, **overrides)   # bad options fail now, not after the text encoders ran
-        return cls(root, preset, dict(overrides), NoiseSchedule.from_model(root), model_fingerprint(root))
+        loras = [(Path(path), float(weight)) for path, weight in loras]
+        for lora in open_loras(loras):  # unreadable or foreign LoRA files fail now too
+            lora.close()
+        return cls(root, preset, dict(overrides), NoiseSchedule.from_model(root), model_fingerprint(root), loras)
 
     # -- generation ----------------------------------------------------------
 
@@ -228,13 +241,27 @@ class Pipeline:
         if standard:
             log.info("%s has no tokenizer/ folder: using the standard CLIP vocabulary bundled with slowframe",
                      self.root)
-        with TextEncoders.load(self.root, self.preset, standard_vocabulary=standard, **self.overrides) as encoders:
-            for model in encoders.encoders:
+        # The encoders' own prompt cache knows nothing of LoRAs: off when they change the encoders.
+        with TextEncoders.load(self.root, self.preset, standard_vocabulary=standard, cache=not self.loras,
+                               **self.overrides) as encoders, self._styles() as loras:
+            for model, component in zip(encoders.encoders, ("text_encoder", "text_encoder_2")):
                 model.cancel = cancel
+                if loras:
+                    attach_loras(model, component, loras)
             cond = encoders.encode(job.prompt, job.negative_prompt)
         if path is not None:
             write_file(path, {"job": job.to_dict()}, dataclasses.asdict(cond))
         return cond
+
+    @contextlib.contextmanager
+    def _styles(self) -> Iterator[list]:
+        """The LoRA files, open for one stage."""
+        files = open_loras(self.loras) if self.loras else []
+        try:
+            yield files
+        finally:
+            for f in files:
+                f.close()
 
     def _job(self, seed, prompt, negative_prompt, steps, sampler, turbo, width, height, guidance, init_noise) -> Job:
         if not isinstance(prompt, str):
@@ -260,7 +287,7 @@ class Pipeline:
                                  f"got {noise.dtype} {list(noise.shape)}")
             noise_hash = hashlib.sha256(np.ascontiguousarray(noise, dtype=np.float32).tobytes()).hexdigest()
         return Job(prompt, negative_prompt, seed, steps, sampler, bool(turbo), width, height, float(guidance),
-                   self.model_id, self.preset, engine.__version__, noise_hash)
+                   self.model_id, self.preset, engine.__version__, noise_hash, self.lora_ids)
 
 
 class _Run:
@@ -306,8 +333,11 @@ class _Run:
         release_free_memory()        # the text encoders are gone; the UNet comes
         h, w = job.height, job.width
         time_ids = np.array([[h, w, 0, 0, h, w]], dtype=np.float32)
-        with UNet.load(self.pipe.root / "unet", self.pipe.preset, **self.pipe.overrides) as unet:
+        with UNet.load(self.pipe.root / "unet", self.pipe.preset, **self.pipe.overrides) as unet, \
+                self.pipe._styles() as loras:
             unet.cancel = self.cancel
+            if loras:
+                attach_loras(unet, "unet", loras)
             while step < sampler.steps:
                 started = time.perf_counter()
                 t = float(sampler.timesteps[step])
@@ -387,6 +417,18 @@ def check_size(width: int, height: int) -> None:
                         "(try %d or %d)", name, v, v // 64 * 64, (v // 64 + 1) * 64)
 
 
+def file_fingerprint(path: Path, sample_bytes: int = 1 << 16, samples: int = 8) -> str:
+    """Size and sampled bytes (header and evenly spaced blocks) of one file, hashed."""
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    h.update(f"{size}\0".encode())
+    with open(path, "rb") as f:
+        for i in range(samples + 1):
+            f.seek((size - sample_bytes) * i // samples if size > sample_bytes else 0)
+            h.update(f.read(sample_bytes))
+    return h.hexdigest()[:32]
+
+
 def model_fingerprint(root: Path, sample_bytes: int = 1 << 16, samples: int = 8) -> str:
     """Identity of a model folder's contents: configs, weight file sizes, and sampled bytes of
     each weight file (its header and evenly spaced blocks), so a different fine-tune of the
@@ -397,10 +439,5 @@ def model_fingerprint(root: Path, sample_bytes: int = 1 << 16, samples: int = 8)
         h.update(component.encode() + b"\0" + (folder / "config.json").read_bytes())
         stem = "diffusion_pytorch_model" if component in ("unet", "vae") else "model"
         for path in find_weight_files(folder, stem):
-            size = path.stat().st_size
-            h.update(f"{path.name}\0{size}\0".encode())
-            with open(path, "rb") as f:
-                for i in range(samples + 1):
-                    f.seek(min(size, (size - sample_bytes) * i // samples) if size > sample_bytes else 0)
-                    h.update(f.read(sample_bytes))
+            h.update(f"{path.name}\0{file_fingerprint(path, sample_bytes, samples)}\0".encode())
     return h.hexdigest()[:32]
