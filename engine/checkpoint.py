@@ -62,7 +62,7 @@ def write_file(path: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
 def read_file(path: Path) -> Checkpoint:
@@ -139,8 +139,9 @@ class CheckpointDir:
             stray.unlink(missing_ok=True)
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """fsync a file or folder by path (a folder: so a rename in it is durable)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

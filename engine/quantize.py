@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.checkpoint import fsync_path
 from engine.errors import ModelFileError
 from engine.safetensors import SafetensorsWriter, read_raw
 from engine.weights import Q_SCALE, Q_ZERO, TensorStore, find_weight_files, read_config
@@ -81,9 +82,9 @@ def quantize_folder(src: str | Path, dst: str | Path, log=print) -> QuantizeRepo
             report = _quantize_root(src, tmp, log)
         else:
             report = _quantize_component(src, tmp, log)
-        _fsync_dir(tmp)
+        fsync_path(tmp)
         os.rename(tmp, dst)
-        _fsync_dir(dst.parent)
+        fsync_path(dst.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -164,10 +165,3 @@ def _write_order(tensors: TensorStore, config: dict, src: Path) -> list[str]:
     seen = set(order)
     return order + [n for n in tensors.tensors if n not in seen]
 
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -32,6 +32,7 @@ import numpy as np
 
 import engine
 from engine import fastops
+from engine.checkpoint import fsync_path
 from engine.convert import manifest as mf
 from engine.convert import project_files
 from engine.convert.diffusers_source import open_diffusers, open_vae
@@ -296,7 +297,7 @@ def _run(source: ModelSource, dest: Path, partial: Path, state: _State, outputs:
     if dest.exists():
         raise ModelFileError(f"{dest}: appeared while importing; the finished import is kept in {partial}")
     os.rename(partial, dest)
-    _fsync(dest.parent)
+    fsync_path(dest.parent)
     bytes_in = sum(s["bytes"] for s in sources + state.data["vae"])
     return ImportReport(dest, bytes_in, sum(f["bytes"] for f in files.values()), 0.0, resumed, source.notes)
 
@@ -458,15 +459,7 @@ def _write_other_files(source: ModelSource, root: Path, precision: str) -> list[
     return supplied
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _fsync_tree(root: Path) -> None:
     for path in sorted(root.rglob("*"), reverse=True):
-        _fsync(path)
-    _fsync(root)
+        fsync_path(path)
+    fsync_path(root)
