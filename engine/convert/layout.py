@@ -55,16 +55,10 @@ def vae_shapes(config: dict, where: str) -> dict[str, tuple[int, ...]]:
         raise ModelFileError(f"{where}: in_channels must be a positive integer, got {in_channels!r}")
 
     def add(name: str, *shape: int) -> None:
-        shapes[name + ".weight"] = shape
-        shapes[name + ".bias"] = (shape[0],)
+        vae_config.add_param(shapes, name, *shape)
 
     def resnet(p: str, cin: int, cout: int) -> None:
-        add(p + ".norm1", cin)
-        add(p + ".conv1", cout, cin, 3, 3)
-        add(p + ".norm2", cout)
-        add(p + ".conv2", cout, cout, 3, 3)
-        if cin != cout:
-            add(p + ".conv_shortcut", cout, cin, 1, 1)
+        vae_config.add_resnet(shapes, p, cin, cout)
 
     channels, z = cfg.channels, cfg.latent_channels
     add("encoder.conv_in", channels[0], in_channels, 3, 3)

@@ -98,21 +98,31 @@ def attention_names(has: Callable[[str], bool]) -> dict[str, str]:
     return {role: f"{ATTENTION}.{name}" for role, name in ATTENTION_SPELLINGS[0].items()}
 
 
+def add_param(shapes: dict[str, tuple[int, ...]], name: str, *shape: int) -> None:
+    """A module's weight (shape) and bias (its first dimension)."""
+    shapes[name + ".weight"] = shape
+    shapes[name + ".bias"] = (shape[0],)
+
+
+def add_resnet(shapes: dict[str, tuple[int, ...]], p: str, cin: int, cout: int) -> None:
+    """A ResnetBlock2D without time embedding (the VAE's, encoder and decoder alike)."""
+    add_param(shapes, p + ".norm1", cin)
+    add_param(shapes, p + ".conv1", cout, cin, 3, 3)
+    add_param(shapes, p + ".norm2", cout)
+    add_param(shapes, p + ".conv2", cout, cout, 3, 3)
+    if cin != cout:
+        add_param(shapes, p + ".conv_shortcut", cout, cin, 1, 1)
+
+
 def param_shapes(cfg: VAEConfig, attention: dict[str, str]) -> dict[str, tuple[int, ...]]:
     """Every tensor the decoder reads, with its shape, as the checkpoint names them."""
     shapes: dict[str, tuple[int, ...]] = {}
 
     def add(name: str, *shape: int) -> None:
-        shapes[name + ".weight"] = shape
-        shapes[name + ".bias"] = (shape[0],)
+        add_param(shapes, name, *shape)
 
     def resnet(p: str, cin: int, cout: int) -> None:
-        add(p + ".norm1", cin)
-        add(p + ".conv1", cout, cin, 3, 3)
-        add(p + ".norm2", cout)
-        add(p + ".conv2", cout, cout, 3, 3)
-        if cin != cout:
-            add(p + ".conv_shortcut", cout, cin, 1, 1)
+        add_resnet(shapes, p, cin, cout)
 
     z, top = cfg.latent_channels, cfg.channels[-1]
     if cfg.post_quant_conv:
