@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
+from tiny_models import perturb_parameters
+
 BPE_FILE = Path(__file__).resolve().parent.parent / "engine" / "data" / "bpe_simple_vocab_16e6.txt.gz"
 
 # Like SDXL's configs (eos_token_id 2: the pooled EOS is found by argmax of the ids),
@@ -46,24 +48,10 @@ def make_text_model(root: Path, seed: int = 0, eos_token_id: int = 2) -> tuple[C
             torch.manual_seed(seed + i)
             config = CLIPTextConfig(**ENCODER_CONFIGS[name], **{**SDXL_TOKEN_IDS, "eos_token_id": eos_token_id})
             model = cls(config)
-            _perturb(model, seed + i)
+            perturb_parameters(model, seed + i + 100, embeddings=True)
             model.half().save_pretrained(folder, variant="fp16")
         models.append(cls.from_pretrained(folder, variant="fp16", dtype=torch.float16).float().eval())
     return models[0], models[1]
-
-
-def _perturb(model: torch.nn.Module, seed: int) -> None:
-    """Default init leaves LayerNorms at 1/0 and biases at zero: random values make every
-    parameter matter, and larger embeddings keep the penultimate states far from trivial."""
-    g = torch.Generator().manual_seed(seed + 100)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.2 * torch.randn(p.shape, generator=g))
-            elif name.endswith("bias"):
-                p.copy_(0.05 * torch.randn(p.shape, generator=g))
-            elif "embedding" in name:
-                p.copy_(torch.randn(p.shape, generator=g))
 
 
 def clip_vocabulary() -> tuple[dict[str, int], list[str]]:

@@ -48,19 +48,23 @@ def make_unet(name: str, folder: Path, seed: int = 0) -> UNet2DConditionModel:
     if not (folder / "config.json").exists():
         torch.manual_seed(seed)
         model = UNet2DConditionModel(**unet_kwargs(name))
-        _perturb_norms(model, seed)
+        perturb_parameters(model, seed + 1)
         model.half().save_pretrained(folder, variant="fp16")
     model = UNet2DConditionModel.from_pretrained(folder, variant="fp16", torch_dtype=torch.float16).float()
     return model.eval()
 
 
-def _perturb_norms(model: torch.nn.Module, seed: int) -> None:
+def perturb_parameters(model: torch.nn.Module, generator_seed: int, embeddings: bool = False) -> None:
     """Default init leaves norms at weight 1, bias 0 and some outputs at zero; random
-    values make every parameter matter so a wrong one changes the output."""
-    g = torch.Generator().manual_seed(seed + 1)
+    values make every parameter matter so a wrong one changes the output. With
+    `embeddings`, embedding tables get unit-variance values too (they keep text encoders'
+    states far from trivial). Matrices keep the libraries' own init."""
+    g = torch.Generator().manual_seed(generator_seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.2 * torch.randn(p.shape, generator=g))
             elif name.endswith("bias"):
                 p.copy_(0.05 * torch.randn(p.shape, generator=g))
+            elif embeddings and "embedding" in name and p.ndim == 2:
+                p.copy_(torch.randn(p.shape, generator=g))

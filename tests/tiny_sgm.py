@@ -24,6 +24,7 @@ from engine.convert import sgm_keys
 from engine.convert.layout import COMPONENTS, expected_shapes
 from engine.safetensors import SafetensorsWriter, read_header, read_raw
 from engine.sdxl.unet_config import parse_config
+from tiny_models import perturb_parameters
 
 HEAD = 64
 UNET = dict(sample_size=16, in_channels=4, out_channels=4, block_out_channels=(32, 64, 128), layers_per_block=2,
@@ -62,7 +63,7 @@ def make_tiny_model(root: Path, seed: int = 0):
             "text_encoder_2": CLIPTextModelWithProjection(CLIPTextConfig(**TEXT["text_encoder_2"], **TOKEN_IDS)),
         }
         for i, (name, model) in enumerate(models.items()):
-            _perturb(model, seed + i)
+            perturb_parameters(model, seed + i + 100, embeddings=True)
             model.half().save_pretrained(root / name)
         for name, pad in project_files.PAD_TOKENS.items():
             project_files.write_tokenizer(root / name, pad)
@@ -79,28 +80,6 @@ def load_pipeline(root: Path):
                                                      add_watermarker=False)
     pipe.set_progress_bar_config(disable=True)
     return pipe
-
-
-def _perturb(model, seed: int) -> None:
-    """Default init leaves norms at 1/0, biases and some outputs at zero: random values
-    make every parameter matter, so a misplaced tensor changes the outputs (matrices keep
-    the libraries' own init, whose ranges are those of trained weights)."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed + 100)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.2 * torch.randn(p.shape, generator=g))
-            elif name.endswith("bias"):
-                p.copy_(0.05 * torch.randn(p.shape, generator=g))
-            elif "embedding" in name and p.ndim == 2:
-                p.copy_(torch.randn(p.shape, generator=g))
-
-
-# -- the SGM layout -------------------------------------------------------------------
-
-Part = tuple[str, str]   # (component, diffusers tensor name)
 
 
 def sgm_entries(configs: dict[str, dict]) -> dict[str, tuple[tuple[int, ...], list[Part], str]]:

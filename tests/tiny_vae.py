@@ -16,7 +16,7 @@ import torch
 from diffusers import AutoencoderKL
 
 from engine.safetensors import SafetensorsWriter, read_header, read_raw
-from tiny_models import _perturb_norms
+from tiny_models import perturb_parameters
 
 FP16_WEIGHTS = "diffusion_pytorch_model.fp16.safetensors"
 
@@ -42,7 +42,7 @@ def make_vae(name: str, folder: Path, seed: int = 0) -> AutoencoderKL:
     if not (folder / "config.json").exists():
         torch.manual_seed(seed)
         model = AutoencoderKL(**vae_kwargs(name))
-        _perturb_norms(model, seed)
+        perturb_parameters(model, seed + 1)
         model.half().save_pretrained(folder, variant="fp16")
     model = AutoencoderKL.from_pretrained(folder, variant="fp16", torch_dtype=torch.float16).float()
     return model.eval()
