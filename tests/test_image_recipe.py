@@ -257,11 +257,13 @@ def packages() -> set[str]:
 
 
 def wheels() -> set[str]:
-    return {w.split("==")[0] for w in re.search(r"^WHEELS=\((.*?)\)", BUILD, re.M)[1].split()}
+    """What image/build installs from PyPI (wheels and source packages)."""
+    return {w.split("==")[0] for name in ("WHEELS", "SDISTS")
+            for w in re.search(rf"^{name}=\((.*?)\)", BUILD, re.M)[1].split()}
 
 
 DEBIAN_NAMES = {"numpy": "python3-numpy", "pillow": "python3-pil", "pyyaml": "python3-yaml",
-                "cffi": "python3-cffi-backend", "gpiozero": "python3-gpiozero", "systemd-python": "python3-systemd",
+                "cffi": "python3-cffi-backend", "systemd-python": "python3-systemd",
                 "spidev": "python3-spidev", "smbus2": "python3-smbus2", "gpiod": "python3-libgpiod"}
 
 
@@ -270,6 +272,7 @@ def test_every_runtime_dependency_is_in_the_image():
     wanted = [*project["dependencies"], *project["optional-dependencies"]["pi"]]
     names = {re.match(r"[A-Za-z0-9_.-]+", spec)[0].lower() for spec in wanted}
     names |= {"spidev", "smbus2", "gpiod", "gpiodevice"}     # inky's own dependencies
+    names |= {"lgpio", "colorzero"}                          # gpiozero's pin library on gpiochip0, its colours
     provided = packages()
     for name in names:
         assert DEBIAN_NAMES.get(name) in provided or name in wheels(), f"{name} is not installed by image/build"
