@@ -7,12 +7,14 @@ the checkpoint (linear (out, in), conv (out, in, kh, kw)).
 from __future__ import annotations
 
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import numpy as np
 
 from engine import blas, fastops
-from engine.sources import Source, silu_
+from engine.sources import Dense, Source, silu_
 from engine.weights import Weight, row_chunks
 
 
@@ -30,7 +32,7 @@ def linear(x: np.ndarray, w: Weight, b: np.ndarray | None = None) -> np.ndarray:
 
 
 def conv2d(src: Source, w: Weight, b: np.ndarray | None, stride: int = 1,
-           band_bytes: int = 64 << 20, out: np.ndarray | None = None) -> np.ndarray:
+           band_bytes: int = 64 << 20, out: np.ndarray | None = None, threads: int = 0) -> np.ndarray:
     """2-D convolution, padding k//2, for 1x1 and 3x3 kernels at stride 1 or 2.
 
     Works in bands of output rows: for each band the (C*k*k, rows*W) patch matrix is
@@ -50,7 +52,7 @@ def conv2d(src: Source, w: Weight, b: np.ndarray | None, stride: int = 1,
     if out is None:
         out = np.empty((B, co, Ho, Wo), dtype=np.float32)
     band = max(1, min(Ho, band_bytes // (4 * ci * k * k * Wo)))
-    patches = Patches(src, k, stride, band, Wo)
+    patches = Patches(src, k, stride, band, Wo, threads)
     for c0, c1, wc in row_chunks(w):
         wm = wc.reshape(c1 - c0, ci * k * k)
         bias = None if b is None else b[c0:c1, None]
@@ -71,10 +73,15 @@ def conv2d(src: Source, w: Weight, b: np.ndarray | None, stride: int = 1,
 
 
 class Patches:
-    """The im2col matrix of a band of output rows, (C*k*k, rows*Wo), in reused buffers."""
+    """The im2col matrix of a band of output rows, (C*k*k, rows*Wo), in reused buffers.
 
-    def __init__(self, src: Source, k: int, stride: int, band: int, wo: int):
+    Building it is plain copying (plus the source's GroupNorm/SiLU/upsampling) that
+    one core would do while the other waits for the GEMM: it is split over threads.
+    """
+
+    def __init__(self, src: Source, k: int, stride: int, band: int, wo: int, threads: int = 0):
         self.src, self.k, self.stride, self.wo = src, k, stride, wo
+        self.threads = threads
         C, W = src.shape[1], src.shape[3]
         if k > 1 or stride > 1:
             self.padded = np.zeros((C, (band - 1) * stride + k, W + 2 * (k // 2)), dtype=np.float32)
@@ -85,31 +92,51 @@ class Patches:
         C, H, W = src.shape[1], src.shape[2], src.shape[3]
         n = y1 - y0
         if k == 1 and s == 1:
-            return np.ascontiguousarray(src.rows(bi, y0, y1)).reshape(C, n * W)
+            if isinstance(src, Dense):
+                return np.ascontiguousarray(src.rows(bi, y0, y1)).reshape(C, n * W)
+            out = np.empty((C, n, W), dtype=np.float32)
+
+            def fill(a: int, z: int) -> None:
+                out[:, a - y0:z - y0] = src.rows(bi, a, z)
+            in_parallel(fill, y0, y1, C * n * W, self.threads)
+            return out.reshape(C, n * W)
         pad = k // 2
         lo = y0 * s - pad                        # first input row needed (may be padding)
         rows = (n - 1) * s + k
         a, z = max(lo, 0), min(lo + rows, H)
         p = self.padded
         p[:, :a - lo] = 0.0
-        p[:, a - lo:z - lo, pad:pad + W] = src.rows(bi, a, z)
         p[:, z - lo:rows] = 0.0
+
+        def fill_padded(r0: int, r1: int) -> None:
+            p[:, r0 - lo:r1 - lo, pad:pad + W] = src.rows(bi, r0, r1)
+        in_parallel(fill_padded, a, z, C * (z - a) * W, self.threads)
         buf = self.buf[:, :, :, :n] if n == self.buf.shape[3] else np.empty((C, k, k, n, wo), dtype=np.float32)
-        for ky in range(k):
-            for kx in range(k):
-                buf[:, ky, kx] = p[:, ky:ky + (n - 1) * s + 1:s, kx:kx + (wo - 1) * s + 1:s]
+
+        def shifted_copies(c0: int, c1: int) -> None:
+            for ky in range(k):
+                for kx in range(k):
+                    buf[c0:c1, ky, kx] = p[c0:c1, ky:ky + (n - 1) * s + 1:s, kx:kx + (wo - 1) * s + 1:s]
+        in_parallel(shifted_copies, 0, C, buf.size, self.threads)
         return buf.reshape(C * k * k, n * wo)
 
 
-def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-5) -> np.ndarray:
-    """LayerNorm over the last axis."""
-    mean = x.mean(axis=-1, keepdims=True)
-    d = x - mean
-    var = np.einsum("...c,...c->...", d, d)[..., None] / x.shape[-1]
-    d *= 1.0 / np.sqrt(var + eps)
-    d *= gamma
-    d += beta
-    return d
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-5,
+               threads: int = 0) -> np.ndarray:
+    """LayerNorm over the last axis (rows split over threads)."""
+    c = x.shape[-1]
+    rows = x.reshape(-1, c)
+    out = np.empty(rows.shape, dtype=np.float32)
+
+    def part(r0: int, r1: int) -> None:
+        xs = rows[r0:r1]
+        d = np.subtract(xs, xs.mean(axis=-1, keepdims=True), out=out[r0:r1])
+        var = np.einsum("...c,...c->...", d, d)[..., None] / c
+        d *= 1.0 / np.sqrt(var + eps)
+        d *= gamma
+        d += beta
+    in_parallel(part, 0, rows.shape[0], rows.size, threads)
+    return out.reshape(x.shape)
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -117,12 +144,12 @@ def silu(x: np.ndarray) -> np.ndarray:
     return silu_(x.astype(np.float32, copy=True))
 
 
-def geglu(p: np.ndarray) -> np.ndarray:
+def geglu(p: np.ndarray, threads: int = 0) -> np.ndarray:
     """diffusers GEGLU: p = [value, gate] on the last axis -> value * gelu(gate)."""
     lead = p.shape[:-1]
     p2 = np.ascontiguousarray(p.reshape(-1, p.shape[-1]))
     out = np.empty((p2.shape[0], p2.shape[1] // 2), dtype=np.float32)
-    fastops.geglu(p2, out)
+    in_parallel(lambda r0, r1: fastops.geglu(p2[r0:r1], out[r0:r1]), 0, p2.shape[0], out.size, threads)
     return out.reshape(*lead, -1)
 
 
@@ -175,12 +202,40 @@ def _attention_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarra
             o /= sums[:r1 - r0, None]
 
 
+# Below this many elements an elementwise op runs on the calling thread: a thread
+# hand-off costs ~50 us, about what one core needs for this much copying.
+PARALLEL_MIN_ELEMENTS = 1 << 17
+
+
+def in_parallel(part: Callable[[int, int], None], start: int, stop: int, elements: int, threads: int = 0) -> None:
+    """Run part(a, b) over disjoint ranges covering start:stop, on up to `threads` workers
+    (0: one per core). For ops whose results do not depend on the split (elementwise,
+    per-row), so any thread count gives the same bits; numpy and our C kernels release
+    the GIL, so the ranges really run at once."""
+    n = stop - start
+    threads = min(threads or cores(), n, max(1, elements // PARALLEL_MIN_ELEMENTS))
+    if threads <= 1:
+        if n > 0:
+            part(start, stop)
+        return
+    bounds = [start + n * i // threads for i in range(threads + 1)]
+    jobs = [_pool(threads).submit(part, bounds[i], bounds[i + 1]) for i in range(1, threads)]
+    part(bounds[0], bounds[1])
+    for job in jobs:
+        job.result()
+
+
+def cores() -> int:
+    """CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) or 1
+
+
 _pools: dict[int, ThreadPoolExecutor] = {}
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
     if threads not in _pools:
-        _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="attention")
+        _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="engine")
     return _pools[threads]
 
 

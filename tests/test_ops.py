@@ -137,3 +137,20 @@ def test_attention_heads_on_worker_threads_match_one_thread():
     one = ops.attention(q.copy(), k, v, heads, 3, threads=1)
     for threads in (2, 4):
         assert np.allclose(ops.attention(q.copy(), k, v, heads, 3, threads=threads), one, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_elementwise_ops_split_over_threads_give_the_same_bits_as_one_thread(threads, monkeypatch):
+    monkeypatch.setattr(ops, "PARALLEL_MIN_ELEMENTS", 64)   # split even these small arrays
+    x = randn(2, 12, 9, 11)
+    src = Normalized(Concat(Dense(x[:, :8]), Compact(x[:, 8:], "fp16")), randn(12), randn(12), 4, 1e-5, True)
+    wt = randn(10, 12, 3, 3, scale=0.1)
+    for k, stride in ((3, 1), (3, 2), (1, 1)):
+        w = wt[:, :, :k, :k]
+        one = ops.conv2d(src, w, None, stride, 3000, threads=1)
+        assert np.array_equal(ops.conv2d(src, w, None, stride, 3000, threads=threads), one)
+    t = randn(37, 48)
+    g, b = randn(48), randn(48)
+    assert np.array_equal(ops.layer_norm(t, g, b, threads=threads), ops.layer_norm(t, g, b, threads=1))
+    p = randn(37, 64)
+    assert np.array_equal(ops.geglu(p, threads=threads), ops.geglu(p, threads=1))
