@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine import ops
+from engine import memory, ops
 from engine.errors import Cancelled
 from engine.options import Options
 from engine.sources import Normalized, Source
@@ -32,6 +32,8 @@ class StreamedModel:
         self.options = options
         self.provider = make_provider(store, options.weights, options.prefetch_bytes, options.weight_chunk_bytes)
         self.trace = OpTrace(options.ops_printf)
+        if options.keep_freed_memory:
+            memory.keep_freed_memory()
         self.threads = options.threads or os.cpu_count() or 1
         self._recording: list[Group] | None = None
         self.cancel: threading.Event | None = None

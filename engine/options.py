@@ -49,6 +49,10 @@ class Options:
     cfg_batch: bool = True
     """Classifier-free guidance as one batch-2 UNet evaluation per step (the weights are
     read once per step) rather than two batch-1 evaluations (half the activation memory)."""
+    keep_freed_memory: bool = True
+    """Keep freed memory in the process for reuse (glibc) instead of returning it to the
+    system: no page faults and zeroing for every op's fresh weight arrays, at the cost of
+    holding the high-water mark. Process-wide once any model loads with it."""
     ops_printf: bool = False
     """Print every op as it runs: weight bytes, seconds and process RSS."""
 
@@ -85,11 +89,11 @@ PRESETS: dict[str, Options] = {
     "default": Options(),
     # A Pi Zero 2 W with some headroom: a small read-ahead, compact skips and K/V.
     "rpi": Options(weights="prefetch", prefetch_bytes=48 << 20, drop_pages=True, attention_slices=16,
-                   skip_dtype="fp16", kv_dtype="fp16", band_bytes=8 << 20),
+                   skip_dtype="fp16", kv_dtype="fp16", band_bytes=8 << 20, keep_freed_memory=False),
     # A Pi Zero 2 W generating 1024x1024: the least memory; plain reads, uint8 skips.
     "rpi-lowmem": Options(weights="nocache", drop_pages=True, weight_chunk_bytes=16 << 20, attention_slices=16,
                           skip_dtype="uint8", kv_dtype="fp16", kv_cache_entries=1, band_bytes=4 << 20,
-                          cfg_batch=False),
+                          cfg_batch=False, keep_freed_memory=False),
 }
 
 
