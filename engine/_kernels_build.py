@@ -35,6 +35,13 @@ SOURCE = r"""
 #include <stddef.h>
 #include <math.h>
 
+/* x86-64: also build an AVX2 copy, picked at load time (same bits: no FMA contraction). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SF_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SF_CLONES
+#endif
+
 static inline float sf_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t sf_f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 /* all-ones when c is true, else 0: selects as (a & m) | (b & ~m) keep loops branch-free */
@@ -48,6 +55,7 @@ static inline float sf_sel(int c, float a, float b)
 }
 
 /* IEEE half bits -> float32, exact for every pattern (NaN payloads kept, as numpy). */
+SF_CLONES
 void sf_f16_to_f32(const uint16_t *restrict src, float *restrict out, size_t n)
 {
     uint32_t *restrict o = (uint32_t *)out;
@@ -67,6 +75,7 @@ void sf_f16_to_f32(const uint16_t *restrict src, float *restrict out, size_t n)
     }
 }
 
+SF_CLONES
 void sf_bf16_to_f32(const uint16_t *restrict src, float *restrict out, size_t n)
 {
     uint32_t *restrict o = (uint32_t *)out;
@@ -76,6 +85,7 @@ void sf_bf16_to_f32(const uint16_t *restrict src, float *restrict out, size_t n)
 
 /* float32 -> IEEE half bits, round to nearest even; overflow -> inf; NaN -> NaN with the
    top 10 payload bits (forced nonzero), which is what numpy's software path gives. */
+SF_CLONES
 void sf_f32_to_f16(const float *restrict src, uint16_t *restrict out, size_t n)
 {
     const uint32_t *restrict s = (const uint32_t *)src;
@@ -102,6 +112,7 @@ void sf_f32_to_f16(const float *restrict src, uint16_t *restrict out, size_t n)
 }
 
 /* out[r, k] = (float(q[r, k]) - zero[r]) * scale[r] */
+SF_CLONES
 void sf_dequant_u8_rows(const uint8_t *restrict q, const float *restrict scale,
                         const float *restrict zero, float *restrict out,
                         size_t rows, size_t cols)
@@ -115,6 +126,7 @@ void sf_dequant_u8_rows(const uint8_t *restrict q, const float *restrict scale,
     }
 }
 
+SF_CLONES
 void sf_dequant_u8(const uint8_t *restrict q, float scale, float zero,
                    float *restrict out, size_t n)
 {
@@ -125,6 +137,7 @@ void sf_dequant_u8(const uint8_t *restrict q, float scale, float zero,
 /* out = clip(rint(x / scale) + zero, 0, 255), truncated to uint8; NaN -> rint part 0,
    i.e. the zero point. rint is round-half-even via the 2^23 trick (the baseline
    x86-64 ISA has no vector round instruction, and rintf would be a libm call). */
+SF_CLONES
 void sf_quant_u8(const float *restrict x, float scale, float zero,
                  uint8_t *restrict out, size_t n)
 {
@@ -166,6 +179,7 @@ static inline float sf_gelu1(float x)
 }
 
 /* no restrict: gelu_erf may run in place (out == x); gcc versions the loop on overlap */
+SF_CLONES
 void sf_gelu_erf(const float *x, float *out, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -174,6 +188,7 @@ void sf_gelu_erf(const float *x, float *out, size_t n)
 
 /* diffusers GEGLU: p is (rows, 2d), value = p[:, :d], gate = p[:, d:];
    out (rows, d) = value * gelu(gate) */
+SF_CLONES
 void sf_geglu(const float *restrict p, float *restrict out, size_t rows, size_t d)
 {
     for (size_t r = 0; r < rows; r++) {
@@ -204,13 +219,6 @@ static inline float sf_exp_neg(float x)
 }
 
 #define SF_LANES 8
-
-/* x86-64: also build an AVX2 copy, picked at load time (same bits: no FMA contraction). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SF_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define SF_CLONES
-#endif
 
 /* Each row of s (rows, cols) becomes exp(s - maxes[r]) in place and sums[r] its sum.
    The sum runs in SF_LANES interleaved partial sums (the tail adds into the first
