@@ -26,7 +26,7 @@ void sf_dequant_u8(const uint8_t *q, float scale, float zero, float *out, size_t
 void sf_quant_u8(const float *x, float scale, float zero, uint8_t *out, size_t n);
 void sf_gelu_erf(const float *x, float *out, size_t n);
 void sf_geglu(const float *p, float *out, size_t rows, size_t d);
-void sf_softmax_rows(float *s, const float *maxes, float *sums, size_t rows, size_t cols);
+void sf_softmax_rows(float *s, float *sums, size_t rows, size_t cols);
 """
 
 SOURCE = r"""
@@ -220,17 +220,36 @@ static inline float sf_exp_neg(float x)
 
 #define SF_LANES 8
 
-/* Each row of s (rows, cols) becomes exp(s - maxes[r]) in place and sums[r] its sum.
-   The sum runs in SF_LANES interleaved partial sums (the tail adds into the first
-   lanes), combined pairwise, so numpy can reproduce it exactly. */
+/* The largest of x[0..n), n >= 1; NaN if any is NaN (as numpy's max). Compared as
+   integers that order like the floats (negative ones with their magnitude bits flipped),
+   because gcc vectorises an integer max reduction but not a float one without
+   -ffast-math. */
+static inline float sf_row_max(const float *restrict x, size_t n)
+{
+    int32_t best = INT32_MIN;
+    uint32_t nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = sf_f2u(x[i]);
+        int32_t key = (int32_t)u ^ (((int32_t)u >> 31) & 0x7fffffff);
+        best = key > best ? key : best;
+        nan |= (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
+    }
+    if (nan)
+        return NAN;
+    return sf_u2f((uint32_t)(best ^ ((best >> 31) & 0x7fffffff)));
+}
+
+/* Each row of s (rows, cols) becomes exp(s - max(row)) in place and sums[r] its sum.
+   The max is taken here, just before the same row is exponentiated, instead of in a
+   separate pass. The sum runs in SF_LANES interleaved partial sums (the tail adds into
+   the first lanes), combined pairwise, so numpy can reproduce it exactly. */
 SF_CLONES
-void sf_softmax_rows(float *restrict s, const float *restrict maxes, float *restrict sums,
-                     size_t rows, size_t cols)
+void sf_softmax_rows(float *restrict s, float *restrict sums, size_t rows, size_t cols)
 {
     size_t body = cols / SF_LANES * SF_LANES;
     for (size_t r = 0; r < rows; r++) {
         float *restrict x = s + r * cols;
-        float mx = maxes[r];
+        float mx = sf_row_max(x, cols);
         float acc[SF_LANES] = {0};
         for (size_t i = 0; i < body; i += SF_LANES)
             for (int j = 0; j < SF_LANES; j++) {

@@ -299,19 +299,18 @@ def _np_exp_neg(x):
     return x
 
 
-def _check_softmax(s, maxes, sums):
+def _check_softmax(s, sums):
     _arr("s", s, (_F32,), writable=True)
-    _arr("maxes", maxes, (_F32,))
     _arr("sums", sums, (_F32,), writable=True)
-    if s.ndim != 2 or maxes.shape != (s.shape[0],) or sums.shape != (s.shape[0],):
-        raise ValueError(f"softmax_rows: s must be 2-D, maxes and sums ({s.shape[0]},); got {s.shape}, "
-                         f"{maxes.shape}, {sums.shape}")
+    if s.ndim != 2 or sums.shape != (s.shape[0],):
+        raise ValueError(f"softmax_rows: s must be 2-D and sums ({s.shape[0]},); got {s.shape}, {sums.shape}")
 
 
-def np_softmax_rows(s, maxes, sums):
-    """Each row of s (rows, cols) -> exp(row - maxes[row]) in place (the caller passes the
-    row maxima); sums (rows,) = row sums, added in 8 interleaved lanes as the C kernel does."""
-    _check_softmax(s, maxes, sums)
+def np_softmax_rows(s, sums):
+    """Each row of s (rows, cols) -> exp(row - max(row)) in place (a NaN anywhere in a row
+    makes it all NaN); sums (rows,) = row sums, added in 8 interleaved lanes as the C
+    kernel does."""
+    _check_softmax(s, sums)
     rows, cols = s.shape
     if cols == 0:
         sums[...] = 0
@@ -320,8 +319,9 @@ def np_softmax_rows(s, maxes, sums):
     body = cols // _LANES * _LANES
     for i in range(0, rows, step):
         x = s[i:i + step]
-        x -= maxes[i:i + step, None]
-        _np_exp_neg(x)
+        with np.errstate(invalid="ignore"):   # a NaN or inf row turns to NaN, as in C
+            x -= x.max(axis=1, keepdims=True)
+            _np_exp_neg(x)
         lanes = np.zeros((x.shape[0], _LANES), dtype=np.float32)
         # numpy adds along a non-last axis one block after another, like the C loop
         np.add.reduce(x[:, :body].reshape(x.shape[0], -1, _LANES), axis=1, out=lanes)
@@ -397,10 +397,10 @@ if _ckernels is not None:
             _lib.sf_geglu(_p("float[]", p), _p("float[]", out), out.size // d, d)
         return out
 
-    def c_softmax_rows(s, maxes, sums):
-        _check_softmax(s, maxes, sums)
+    def c_softmax_rows(s, sums):
+        _check_softmax(s, sums)
         if s.size:
-            _lib.sf_softmax_rows(_p("float[]", s), _p("float[]", maxes), _p("float[]", sums), s.shape[0], s.shape[1])
+            _lib.sf_softmax_rows(_p("float[]", s), _p("float[]", sums), s.shape[0], s.shape[1])
         else:
             sums[...] = 0
         return s

@@ -196,7 +196,7 @@ def _attention_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarra
             r1 = min(L, r0 + band)
             s = scores[:r1 - r0]
             np.matmul(q[r0:r1, cols], kt, out=s)
-            fastops.softmax_rows(s, s.max(axis=1), sums[:r1 - r0])   # exp(s - max) in place
+            fastops.softmax_rows(s, sums[:r1 - r0])   # exp(s - row max) in place
             o = out[r0:r1, cols]
             np.matmul(s, vh, out=o)
             o /= sums[:r1 - r0, None]
