@@ -9,8 +9,9 @@ The pipeline, each step chosen by measurement (see bench/dither.py):
    (alternate rows run right to left, so errors do not crawl in one direction), the
    error kept whole unless a pixel strays far outside 0..1 (``ERROR_BOUNDS``: clipping
    every pixel to 0..1, as Pillow does, biases mixed colours by up to 4 dE2000);
-3. each pixel takes the ink nearest in CIELAB, through a precomputed table
-   (``ColourTable``) so the inner loop stays a few array reads.
+3. each pixel takes the ink nearest in CIELAB with lightness differences weighted up
+   (``LIGHTNESS_WEIGHT``), through a precomputed table (``ColourTable``) so the inner loop
+   stays a few array reads.
 
 The inner loop is C (frame._cdither, built by cffi) with a pure-Python twin giving the
 same indices; ``BACKEND`` says which runs. ``SLOWFRAME_KERNELS=numpy`` forces the
@@ -82,6 +83,12 @@ ENCODE_LEN = 4096  # linear-light steps of the table's first, per-channel stage
 # how far pixel + error may stray outside 0..1 before the excess is dropped: a little
 # room keeps mixes unbiased, a bound stops out-of-gamut colours smearing error far away
 ERROR_BOUNDS = (-0.25, 1.25)
+# the nearest ink weighs a lightness difference this much more than the same chroma
+# difference: the eye (and S-CIELAB) blurs chroma over a wider area than lightness, so a
+# wrong lightness shows as grain while a wrong hue averages out with its neighbours. 1.5
+# took 5-25% off the corpus error on every panel (bench/dither.py); from about 3, chroma
+# error left uncorrected piles up until the ERROR_BOUNDS clip and the picture breaks up.
+LIGHTNESS_WEIGHT = 1.5
 
 
 def get_method(name: str) -> Method:
@@ -136,7 +143,8 @@ class ColourTable:
     """Nearest ink for any linear-light colour in two table reads.
 
     ``encode`` takes a channel's linear value v (index round(v * 4095)) to one of 64 cells
-    spaced evenly in sRGB; ``cube[r, g, b]`` is the ink nearest (CIELAB) to that cell.
+    spaced evenly in sRGB; ``cube[r, g, b]`` is the ink nearest to that cell in CIELAB
+    with L* scaled by ``LIGHTNESS_WEIGHT``.
     """
 
     encode: np.ndarray  # (ENCODE_LEN,) uint8
@@ -145,18 +153,24 @@ class ColourTable:
 
 @functools.lru_cache(maxsize=1)
 def _cells() -> tuple[np.ndarray, np.ndarray]:
-    """The per-channel encoding and the CIELAB of every cell centre (the same for all palettes)."""
+    """The per-channel encoding and the weighted CIELAB of every cell centre (the same for all palettes)."""
     encode = np.round(linear_to_srgb(np.arange(ENCODE_LEN) / (ENCODE_LEN - 1)) * (CUBE - 1)).astype(np.uint8)
     levels = srgb_to_linear(np.arange(CUBE) * (255.0 / (CUBE - 1)))
     cells = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), axis=-1).reshape(-1, 3)
     encode.flags.writeable = False
-    return encode, linear_to_lab(cells).astype(np.float32)
+    return encode, _weighted_lab(cells)
+
+
+def _weighted_lab(linear: np.ndarray) -> np.ndarray:
+    lab = linear_to_lab(linear)
+    lab[..., 0] *= LIGHTNESS_WEIGHT
+    return lab.astype(np.float32)
 
 
 @functools.lru_cache(maxsize=16)
 def _colour_table(palette_key: tuple[tuple[float, float, float], ...]) -> ColourTable:
     encode, cell_lab = _cells()
-    ink_lab = linear_to_lab(np.asarray(palette_key)).astype(np.float32)
+    ink_lab = _weighted_lab(np.asarray(palette_key))
     best = np.zeros(len(cell_lab), dtype=np.uint8)
     best_dist = np.full(len(cell_lab), np.inf, dtype=np.float32)
     for i, ink in enumerate(ink_lab):  # first ink wins ties, as argmin would
