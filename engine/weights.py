@@ -6,7 +6,8 @@ diffusion_pytorch_model[.fp16].safetensors, or shards with an .index.json) and r
 one at a time, converting fp16/bf16/uint8 to fp32 in small chunks so a tensor never
 exists twice. A WeightsProvider decides when reads happen:
 
-- NoCacheProvider: read when the op asks, then drop; nothing is kept.
+- NoCacheProvider: read when the op asks, then drop; nothing is kept. The kernel is
+  asked to start reading the next ops' bytes from disk meanwhile (page cache only).
 - PrefetchProvider: a thread reads the next ops' weights (in the exact execution
   order the model announces) while the current op computes, within a byte budget.
 - RamProvider: keep every weight once read (a PC with RAM to spare).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,6 +29,8 @@ from engine.errors import ModelFileError
 from engine.safetensors import PICKLE_SUFFIXES, TensorInfo, pread_into, read_header
 
 CHUNK_BYTES = 4 << 20
+READAHEAD_BYTES = 32 << 20
+"""NoCacheProvider: stored bytes of upcoming ops the kernel is asked to read ahead."""
 Q_SCALE = ".q_scale"
 Q_ZERO = ".q_zero"
 
@@ -112,6 +116,13 @@ class TensorStore:
         """Bytes read from disk for this tensor (with its quantisation parameters)."""
         extra = sum(self.tensors[name + s].nbytes for s in (Q_SCALE, Q_ZERO) if name + s in self.tensors)
         return self._info(name).nbytes + extra
+
+    def will_need(self, name: str) -> None:
+        """Ask the kernel to start reading this tensor's bytes into the page cache."""
+        for n in (name, name + Q_SCALE, name + Q_ZERO):
+            if n in self.tensors:
+                info = self._info(n)
+                os.posix_fadvise(self._fd(info.path), info.offset, info.nbytes, os.POSIX_FADV_WILLNEED)
 
     def is_quantized(self, name: str) -> bool:
         return name + Q_SCALE in self.tensors
@@ -258,16 +269,70 @@ class WeightsProvider:
 
 class NoCacheProvider(WeightsProvider):
     """Read each weight when its op runs; nothing is kept. Weights over `chunk_bytes`
-    in fp32 are handed out as WeightRows and read in bands by the op."""
+    in fp32 are handed out as WeightRows and read in bands by the op.
+
+    So that the disk is not idle while the CPU computes (on a Pi the reads are a fifth
+    of an evaluation), a thread asks the kernel (posix_fadvise WILLNEED) to read the
+    next ops' stored bytes, up to READAHEAD_BYTES ahead in plan order. Those pages sit
+    in the page cache, which the kernel reclaims under pressure, never in our RSS.
+    """
 
     def __init__(self, store: TensorStore, chunk_bytes: int = 0):
         super().__init__(store)
         self.chunk_bytes = chunk_bytes
+        self._plan: list[Group] = []
+        self._next_use = 0       # index of the group the model should ask for next
+        self._next_hint = 0      # index of the next group to hint
+        self._hinted_bytes = 0   # stored bytes hinted but not yet asked for
+        self._hints: queue.SimpleQueue[Group | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def begin(self, plan: Sequence[Group]) -> None:
+        self._plan = list(plan)
+        self._next_use = self._next_hint = self._hinted_bytes = 0
+        self._hint_ahead()
+
+    def end(self) -> None:
+        self._plan = []
 
     def get(self, names: Group) -> list[Weight]:
+        if self._next_use < len(self._plan) and self._plan[self._next_use] == tuple(names):
+            if self._next_use < self._next_hint:
+                self._hinted_bytes -= self._stored_bytes(self._plan[self._next_use])
+            self._next_use += 1
+            self._next_hint = max(self._next_hint, self._next_use)
+            self._hint_ahead()
         return [WeightRows(self.store, n, self.chunk_bytes)
                 if self.chunk_bytes and 4 * int(np.prod(self.store.shape(n))) > self.chunk_bytes
                 else self.store.read(n) for n in names]
+
+    def _stored_bytes(self, group: Group) -> int:
+        return sum(self.store.stored_bytes(n) for n in group)
+
+    def _hint_ahead(self) -> None:
+        while self._next_hint < len(self._plan) and self._hinted_bytes < READAHEAD_BYTES:
+            group = self._plan[self._next_hint]
+            self._hinted_bytes += self._stored_bytes(group)
+            self._next_hint += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="weights-readahead", daemon=True)
+                self._thread.start()
+            self._hints.put(group)
+
+    def _run(self) -> None:
+        while (group := self._hints.get()) is not None:
+            for name in group:
+                try:
+                    self.store.will_need(name)
+                except (OSError, ModelFileError):
+                    pass   # only a hint: the op's own read reports any real problem
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._hints.put(None)
+            self._thread.join()
+            self._thread = None
+        super().close()
 
 
 class RamProvider(WeightsProvider):

@@ -1,0 +1,57 @@
+"""nocache asks the kernel to read the next ops' weights ahead, in plan order, within a window."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from engine import weights
+from engine.weights import NoCacheProvider, TensorStore
+
+
+def hinted_names(store: TensorStore, calls: list[tuple[int, int, int, int]]) -> list[str]:
+    by_offset = {store._info(n).offset: n for n in store.tensors}
+    return [by_offset[offset] for _fd, offset, _n, advice in calls if advice == os.POSIX_FADV_WILLNEED]
+
+
+def recording_fadvise(monkeypatch) -> list[tuple[int, int, int, int]]:
+    calls = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(os, "posix_fadvise", lambda *a: (calls.append(a), real(*a))[1])
+    return calls
+
+
+def test_readahead_follows_the_plan_and_stays_within_its_window(tiny_unet, monkeypatch):
+    calls = recording_fadvise(monkeypatch)
+    monkeypatch.setattr(weights, "READAHEAD_BYTES", 1)    # one group ahead at a time
+    store = TensorStore.open(tiny_unet.folder)
+    names = list(store.tensors)[:12]
+    provider = NoCacheProvider(store)
+    provider.begin([(n,) for n in names])
+    for n in names[:5]:
+        assert np.array_equal(provider.get((n,))[0], store.read(n))
+    provider.close()                                      # joins the readahead thread
+    assert hinted_names(store, calls) == names[:6]        # the first, then one more per op
+
+
+def test_readahead_of_a_wide_window_covers_the_whole_plan_in_order(tiny_unet, monkeypatch):
+    calls = recording_fadvise(monkeypatch)
+    store = TensorStore.open(tiny_unet.folder)
+    names = list(store.tensors)
+    provider = NoCacheProvider(store)
+    provider.begin([tuple(names[i:i + 3]) for i in range(0, len(names), 3)])
+    provider.close()
+    assert hinted_names(store, calls) == names            # the tiny model is far below 32 MB
+
+
+def test_a_request_off_the_plan_is_still_served_and_hints_nothing_new(tiny_unet, monkeypatch):
+    calls = recording_fadvise(monkeypatch)
+    monkeypatch.setattr(weights, "READAHEAD_BYTES", 1)
+    store = TensorStore.open(tiny_unet.folder)
+    names = list(store.tensors)[:6]
+    provider = NoCacheProvider(store)
+    provider.begin([(n,) for n in names])
+    assert np.array_equal(provider.get((names[4],))[0], store.read(names[4]))
+    provider.close()
+    assert hinted_names(store, calls) == names[:1]
