@@ -15,6 +15,7 @@ except (OSError, AttributeError):
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
 _M_MMAP_MAX = -4
 
 
@@ -43,3 +44,19 @@ def keep_freed_memory() -> bool:
     if _mallopt is None:
         return False
     return bool(_mallopt(_M_MMAP_MAX, 0)) and bool(_mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+def return_freed_arrays(threshold: int) -> bool:
+    """Give every allocation of at least `threshold` bytes its own mapping, unmapped the
+    moment it is freed.
+
+    glibc's threshold starts at 128 KB but rises to the size of each big block freed (up
+    to 32 MB), so after the first few ops nearly every array comes from the heap, whose
+    free pieces stay resident: measured on a 128x128 SDXL UNet evaluation, 50-110 MB of
+    freed heap beside ~110 MB in use. A fixed threshold (which also stops the rise) keeps
+    the resident set close to what is live, for some page faults per op. Process-wide
+    and sticky. False where the C library is not glibc.
+    """
+    if _mallopt is None:
+        return False
+    return bool(_mallopt(_M_MMAP_THRESHOLD, threshold))

@@ -34,6 +34,8 @@ class StreamedModel:
         self.trace = OpTrace(options.ops_printf)
         if options.keep_freed_memory:
             memory.keep_freed_memory()
+        elif options.mmap_threshold:
+            memory.return_freed_arrays(options.mmap_threshold)
         self.threads = options.threads or os.cpu_count() or 1
         self._recording: list[Group] | None = None
         self.cancel: threading.Event | None = None
@@ -182,8 +184,12 @@ class StreamedModel:
         if self.planning:
             return np.zeros_like(q)
         started = self.trace.begin()
-        out = np.empty_like(q)
-        for b in range(q.shape[0]):
-            out[b] = ops.attention(q[b], k[b], v[b], heads, self.options.attention_slices, self.threads)
+        slices = self.options.attention_slices
+        if q.shape[0] == 1:   # no (B, L, C) copy of the result beside the result itself
+            out = ops.attention(q[0], k[0], v[0], heads, slices, self.threads)[None]
+        else:
+            out = np.empty_like(q)
+            for b in range(q.shape[0]):
+                out[b] = ops.attention(q[b], k[b], v[b], heads, slices, self.threads)
         self.trace.end("attention", name, 0, started)
         return out

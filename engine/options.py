@@ -53,6 +53,11 @@ class Options:
     """Keep freed memory in the process for reuse (glibc) instead of returning it to the
     system: no page faults and zeroing for every op's fresh weight arrays, at the cost of
     holding the high-water mark. Process-wide once any model loads with it."""
+    mmap_threshold: int = 0
+    """With keep_freed_memory off: arrays of at least this many bytes get their own mapping
+    and go back to the system when freed (glibc's M_MMAP_THRESHOLD). 0 leaves glibc's
+    default, which rises to 32 MB after big frees and then lets freed arrays pile up in
+    the heap, resident. Process-wide once any model loads with it."""
     ops_printf: bool = False
     """Print every op as it runs: weight bytes, seconds and process RSS."""
 
@@ -75,6 +80,9 @@ class Options:
             raise InputError(f"skip_dtype='{self.skip_dtype}' is not one of {', '.join(ACTIVATION_DTYPES)}")
         if self.kv_dtype not in ("fp32", "fp16"):
             raise InputError(f"kv_dtype='{self.kv_dtype}' must be fp32 or fp16")
+        if self.mmap_threshold < 0:
+            raise InputError(f"engine option 'mmap_threshold' must be 0 (glibc's default) or more, "
+                             f"got {self.mmap_threshold}")
         if self.weight_chunk_bytes < 0:
             raise InputError(f"engine option 'weight_chunk_bytes' must be 0 or more, got {self.weight_chunk_bytes}")
         if self.threads < 0:
@@ -93,7 +101,7 @@ PRESETS: dict[str, Options] = {
     # A Pi Zero 2 W generating 1024x1024: the least memory; plain reads, uint8 skips.
     "rpi-lowmem": Options(weights="nocache", drop_pages=True, weight_chunk_bytes=16 << 20, attention_slices=16,
                           skip_dtype="uint8", kv_dtype="fp16", kv_cache_entries=1, band_bytes=4 << 20,
-                          cfg_batch=False, keep_freed_memory=False),
+                          cfg_batch=False, keep_freed_memory=False, mmap_threshold=1 << 20),
 }
 
 

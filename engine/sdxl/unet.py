@@ -64,18 +64,22 @@ class UNet(StreamedModel):
         cfg = self.config
         emb = ops.silu(self.time_embedding(t, text_embeds, time_ids))   # every resnet uses silu(emb)
 
-        h = self.conv("conv_in", Dense(x))
-        skips = [self.keep(h)]
+        # The hidden state goes from block to block in a one-item list that each block empties
+        # (`_take`): this frame then holds no reference to a block's input, which the block
+        # frees as soon as it is used (the 128x128 input of the last up block is 42 MB).
+        h = [self.conv("conv_in", Dense(x))]
+        skips = [self.keep(h[0])]
         for i in range(len(cfg.down)):
-            h = self.down_block(i, h, emb, ctx, skips)
-        h = self.mid_block(h, emb, ctx)
+            h = [self.down_block(i, h, emb, ctx, skips)]
+        h = [self.mid_block(h, emb, ctx)]
         for i in range(len(cfg.up)):
-            h = self.up_block(i, h, emb, ctx, skips)
-        out = self.group_norm("conv_norm_out", Dense(h), cfg.groups, cfg.norm_eps, silu=True)
+            h = [self.up_block(i, h, emb, ctx, skips)]
+        out = self.group_norm("conv_norm_out", Dense(_take(h)), cfg.groups, cfg.norm_eps, silu=True)
         return self.conv("conv_out", out)
 
-    def down_block(self, i: int, h: np.ndarray, emb: np.ndarray, ctx: np.ndarray, skips: list[Source]) -> np.ndarray:
+    def down_block(self, i: int, h: Hidden, emb: np.ndarray, ctx: np.ndarray, skips: list[Source]) -> np.ndarray:
         """DownBlock2D / CrossAttnDownBlock2D; appends each output to `skips`."""
+        h = _take(h)
         lv = self.config.down[i]
         for j in range(lv.layers):
             h = self.resnet(f"down_blocks.{i}.resnets.{j}", Dense(h), emb)
@@ -87,15 +91,16 @@ class UNet(StreamedModel):
             skips.append(self.keep(h))
         return h
 
-    def mid_block(self, h: np.ndarray, emb: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+    def mid_block(self, h: Hidden, emb: np.ndarray, ctx: np.ndarray) -> np.ndarray:
         """UNetMidBlock2DCrossAttn: resnet, transformer, resnet."""
         cfg = self.config
-        h = self.resnet("mid_block.resnets.0", Dense(h), emb)
+        h = self.resnet("mid_block.resnets.0", Dense(_take(h)), emb)
         h = self.transformer("mid_block.attentions.0", h, ctx, cfg.mid_depth, cfg.mid_heads)
         return self.resnet("mid_block.resnets.1", Dense(h), emb)
 
-    def up_block(self, i: int, h: np.ndarray, emb: np.ndarray, ctx: np.ndarray, skips: list[Source]) -> np.ndarray:
+    def up_block(self, i: int, h: Hidden, emb: np.ndarray, ctx: np.ndarray, skips: list[Source]) -> np.ndarray:
         """UpBlock2D / CrossAttnUpBlock2D; pops its skips (hidden state first in each concat)."""
+        h = _take(h)
         lv = self.config.up[i]
         for j in range(lv.layers + 1):
             h = self.resnet(f"up_blocks.{i}.resnets.{j}", Concat(Dense(h), skips.pop()), emb)
@@ -249,6 +254,14 @@ class UNet(StreamedModel):
         if t.shape != (B,) or not np.isfinite(t).all():
             raise InputError(f"timestep must be a finite float or {B} of them, got {timestep!r}")
         return sample, t, ctx, text_embeds, time_ids
+
+
+Hidden = np.ndarray | list[np.ndarray]
+"""A block's input: the array, or a one-item list the block empties so that it holds the only reference."""
+
+
+def _take(h: Hidden) -> np.ndarray:
+    return h.pop() if isinstance(h, list) else h
 
 
 class _AnyKV:
