@@ -96,7 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--speed", action="store_true", help="only the timings")
     parser.add_argument("--quality", action="store_true", help="only the quality table")
-    parser.add_argument("--panels", nargs="+", default=["spectra6-7.3", "acep-7.3", "acep-5.7"])
+    parser.add_argument("--panels", nargs="+", default=["spectra6-4.0", "spectra6-7.3", "acep-4.0", "acep-5.7", "acep-7.3"])
     args = parser.parse_args()
     if not args.quality:
         speed()
