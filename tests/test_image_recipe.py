@@ -286,3 +286,12 @@ def test_service_files_are_installed_and_enabled():
     assert "slowframe.service" in enabled and "slowframe-firstboot.service" in enabled
     assert 'echo uninitialized > "$ROOT/etc/machine-id"' in BUILD   # systemd's first boot makes the id
     assert 'rm -f "$ROOT"/etc/ssh/ssh_host_*' in BUILD                 # every card gets its own keys
+
+
+def test_raspi_firmware_settings_are_ones_it_reads():
+    # trixie's /etc/kernel/postinst.d/z50-raspi-firmware reads only these; anything else (GPU_MEM, say)
+    # is silently ignored, so config.txt settings go in raspi-firmware-custom
+    settings = re.findall(r"^([A-Z_]+)=", (FILES / "raspi-firmware").read_text(), re.M)
+    assert settings and set(settings) <= {"ROOTPART", "CONSOLES", "CMA", "KERNEL_ARCH"}
+    custom = (FILES / "raspi-firmware-custom").read_text()
+    assert re.search(r"^gpu_mem=16$", custom, re.M)   # headless: the most memory for SDXL
