@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.convert.commands import add_models_commands
 from engine.errors import EngineError
-from frame.config import ConfigError
-from frame.control import ControlError
-from frame.daemon_commands import add_daemon_commands
-from frame.display.commands import add_display_commands
-from frame.display.errors import DisplayError
 from frame.generate import add_generate_command
+
+# Errors that mean a user mistake, by module: looked up only in the modules this run imported
+# (a module never imported raised nothing), so `generate` need not import them.
+USER_ERRORS = (("frame.config", "ConfigError"), ("frame.control", "ControlError"),
+               ("frame.display.errors", "DisplayError"))
 
 
 def cmd_models_quantize(args: argparse.Namespace) -> int:
@@ -65,9 +64,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only_generate: bool = False) -> argparse.ArgumentParser:
+    """The whole command line; with `only_generate`, just `slowframe generate`, which then
+    never imports the display, theme and model-import code: ~5 MB that would stay resident
+    through the whole run, on a 512 MB Pi."""
     parser = argparse.ArgumentParser(prog="slowframe", description="Slow generative art on an e-ink frame.")
     sub = parser.add_subparsers(dest="command", required=True)
+    if only_generate:
+        add_generate_command(sub)
+        return parser
+    from engine.convert.commands import add_models_commands
+    from frame.daemon_commands import add_daemon_commands
+    from frame.display.commands import add_display_commands
 
     models = sub.add_parser("models", help="prepare model folders")
     models_sub = models.add_subparsers(dest="models_command", required=True)
@@ -98,15 +106,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(only_generate=argv[:1] == ["generate"]).parse_args(argv)
     try:
         return args.func(args)
-    except (EngineError, DisplayError, ConfigError, ControlError) as e:
+    except Exception as e:
+        if not isinstance(e, user_errors()):
+            raise
         print(f"slowframe: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("slowframe: interrupted", file=sys.stderr)
         return 130
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    loaded = [getattr(sys.modules[module], name) for module, name in USER_ERRORS if module in sys.modules]
+    return (EngineError, *loaded)
 
 
 if __name__ == "__main__":

@@ -73,9 +73,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     width, height = size_from(args)
     overrides = {"ops_printf": True} if args.ops_printf else {}
-    from engine.convert.lora import parse_lora_spec
-
-    loras = [parse_lora_spec(spec) for spec in args.lora]
+    loras = []
+    if args.lora:     # engine.convert only when needed: what is imported stays resident through the UNet
+        from engine.convert.lora import parse_lora_spec
+        loras = [parse_lora_spec(spec) for spec in args.lora]
     pipe = Pipeline.load(args.models_path, preset=args.preset, loras=loras, **overrides)
     output = Path(args.output)
     if args.decode_latents:

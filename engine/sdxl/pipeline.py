@@ -40,7 +40,6 @@ from PIL import Image, PngImagePlugin
 
 import engine
 from engine.checkpoint import CheckpointDir, CorruptCheckpoint, read_file, write_file
-from engine.convert.lora import attach_loras, open_loras
 from engine.errors import Cancelled, InputError, ModelFileError
 from engine.memory import release_free_memory
 from engine.options import resolve
@@ -175,8 +174,10 @@ class Pipeline:
                                  "single .safetensors checkpoint")
         resolve(preset, **overrides)   # bad options fail now, not after the text encoders ran
         loras = [(Path(path), float(weight)) for path, weight in loras]
-        for lora in open_loras(loras):  # unreadable or foreign LoRA files fail now too
-            lora.close()
+        if loras:    # engine.convert is imported for LoRAs only: without them its code never loads
+            from engine.convert.lora import open_loras
+            for lora in open_loras(loras):  # unreadable or foreign LoRA files fail now too
+                lora.close()
         return cls(root, preset, dict(overrides), NoiseSchedule.from_model(root), model_fingerprint(root), loras)
 
     # -- generation ----------------------------------------------------------
@@ -247,6 +248,7 @@ class Pipeline:
             for model, component in zip(encoders.encoders, ("text_encoder", "text_encoder_2")):
                 model.cancel = cancel
                 if loras:
+                    from engine.convert.lora import attach_loras
                     attach_loras(model, component, loras)
             cond = encoders.encode(job.prompt, job.negative_prompt)
         if path is not None:
@@ -256,7 +258,11 @@ class Pipeline:
     @contextlib.contextmanager
     def _styles(self) -> Iterator[list]:
         """The LoRA files, open for one stage."""
-        files = open_loras(self.loras) if self.loras else []
+        if not self.loras:
+            yield []
+            return
+        from engine.convert.lora import open_loras
+        files = open_loras(self.loras)
         try:
             yield files
         finally:
@@ -337,6 +343,7 @@ class _Run:
                 self.pipe._styles() as loras:
             unet.cancel = self.cancel
             if loras:
+                from engine.convert.lora import attach_loras
                 attach_loras(unet, "unet", loras)
             while step < sampler.steps:
                 started = time.perf_counter()
