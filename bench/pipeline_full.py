@@ -83,13 +83,34 @@ def weight_files() -> list[Path]:
 
 
 def child(argv: list[str], result: Path) -> int:
-    """Runs in the measured process: the CLI, then its peak RSS."""
+    """Runs in the measured process: the CLI, then its peak RSS, whole and per stage (the
+    high-water mark is read and reset where the text encoders start and end and where the
+    VAE starts and ends)."""
+    from engine.sdxl.pipeline import Pipeline
     from engine.trace import peak_rss_bytes
     from frame.cli import main
 
+    stages: dict[str, int] = {}
+
+    def stage_ends(name: str) -> None:
+        stages[name] = max(stages.get(name, 0), peak_rss_bytes())
+        unet_full.reset_peak_rss()
+
+    def measured(method, name: str, before: str):
+        def run(*args, **kwargs):
+            stage_ends(before)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                stage_ends(name)
+        return run
+
+    Pipeline.conditioning = measured(Pipeline.conditioning, "text encoders", "start")
+    Pipeline.decode = measured(Pipeline.decode, "vae", "unet")
     started = time.perf_counter()
     rc = main(argv)
-    result.write_text(json.dumps({"rc": rc, "peak_rss_bytes": peak_rss_bytes(),
+    stage_ends("end")
+    result.write_text(json.dumps({"rc": rc, "peak_rss_bytes": max(stages.values()), "stage_peak_rss_bytes": stages,
                                   "wall_s": time.perf_counter() - started}))
     return rc
 
@@ -160,6 +181,8 @@ def main(argv=None) -> int:
         f"evaluations per step), whole run {wall:.0f} s")
     log(f"peak RSS of the run: {res['peak_rss_bytes'] / MB:.1f} MB (target <= 250 MB)"
         + (f"; in the 256 MiB cgroup: {describe_cgroup(cg, rc)}" if cg else ""))
+    log("peak RSS by stage: " + ", ".join(f"{name} {peak / MB:.1f} MB"
+                                          for name, peak in res["stage_peak_rss_bytes"].items()))
     log(f"UNet: {step_s:.1f} s/step ({here_gflops:.0f} GFLOP/s achieved here); text encoders + VAE + load: "
         f"{other_s:.0f} s")
     log(f"checkpoint overhead: {done['checkpoint_seconds']:.3f} s in {args.steps} steps = {ckpt_share * 100:.3f}% "
