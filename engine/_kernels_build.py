@@ -27,6 +27,7 @@ void sf_quant_u8(const float *x, float scale, float zero, uint8_t *out, size_t n
 void sf_gelu_erf(const float *x, float *out, size_t n);
 void sf_geglu(const float *p, float *out, size_t rows, size_t d);
 void sf_softmax_rows(float *s, float *sums, size_t rows, size_t cols);
+void sf_taps_first(const float *w, float *out, size_t rows, size_t cin, size_t taps);
 """
 
 SOURCE = r"""
@@ -263,6 +264,20 @@ void sf_softmax_rows(float *restrict s, float *restrict sums, size_t rows, size_
             acc[i - body] += e;
         }
         sums[r] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    }
+}
+
+/* A conv weight's rows (out channel) from (cin, taps) to (taps, cin) order, so each
+   kernel tap is a matrix with unit column stride (ops.conv2d runs one GEMM per tap).
+   Each row is small enough to stay in cache while it is transposed. */
+void sf_taps_first(const float *restrict w, float *restrict out, size_t rows, size_t cin, size_t taps)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const float *restrict src = w + r * cin * taps;
+        float *restrict dst = out + r * cin * taps;
+        for (size_t t = 0; t < taps; t++)
+            for (size_t c = 0; c < cin; c++)
+                dst[t * cin + c] = src[c * taps + t];
     }
 }
 """

@@ -32,6 +32,7 @@ __all__ = [
     "gelu_erf",
     "geglu",
     "softmax_rows",
+    "taps_first",
 ]
 
 _CHOICE = os.environ.get("SLOWFRAME_KERNELS", "").strip().lower()
@@ -331,6 +332,21 @@ def np_softmax_rows(s, sums):
     return s
 
 
+def _check_taps(w, out):
+    _arr("w", w, (_F32,))
+    _arr("out", out, (_F32,), writable=True)
+    if w.ndim != 4 or out.shape != (w.shape[0], w.shape[2] * w.shape[3], w.shape[1]):
+        raise ValueError(f"taps_first: w (rows, cin, kh, kw) -> out (rows, kh*kw, cin), got {w.shape} -> {out.shape}")
+    _no_overlap(out, w)
+
+
+def np_taps_first(w, out):
+    """Conv weight (rows, cin, kh, kw) -> (rows, kh*kw, cin): each kernel tap's matrix."""
+    _check_taps(w, out)
+    out[...] = w.reshape(w.shape[0], w.shape[1], -1).transpose(0, 2, 1)
+    return out
+
+
 # ---------------------------------------------------------------- C kernels
 
 if _ckernels is not None:
@@ -405,8 +421,14 @@ if _ckernels is not None:
             sums[...] = 0
         return s
 
+    def c_taps_first(w, out):
+        _check_taps(w, out)
+        if w.size:
+            _lib.sf_taps_first(_p("float[]", w), _p("float[]", out), out.shape[0], out.shape[2], out.shape[1])
+        return out
+
 else:
-    c_softmax_rows = None
+    c_softmax_rows = c_taps_first = None
     c_f16_to_f32 = c_bf16_to_f32 = c_f32_to_f16 = None
     c_dequant_u8_rows = c_dequant_u8 = c_quant_u8 = None
     c_gelu_erf = c_geglu = None
@@ -421,4 +443,5 @@ quant_u8 = c_quant_u8 if _C else np_quant_u8
 gelu_erf = c_gelu_erf if _C else np_gelu_erf
 geglu = c_geglu if _C else np_geglu
 softmax_rows = c_softmax_rows if _C else np_softmax_rows
+taps_first = c_taps_first if _C else np_taps_first
 del _C

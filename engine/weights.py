@@ -391,6 +391,7 @@ class PrefetchProvider(WeightsProvider):
         self.begin([])
 
     def _run(self) -> None:
+        _yield_to_compute()
         while True:
             with self._cond:
                 while not self._closed and not self._can_read():
@@ -445,6 +446,17 @@ class PrefetchProvider(WeightsProvider):
             self._cond.notify_all()
         self._thread.join()
         super().close()
+
+
+def _yield_to_compute() -> None:
+    """Give the calling (reader) thread the lowest CPU priority. Reading ahead is only
+    worth it in the gaps the compute leaves: when it competes for a core instead, the
+    BLAS threads of the op in flight wait for each other at every barrier. If the model
+    ends up waiting for a weight, the cores are idle and the reader gets them anyway."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)   # Linux: per thread
+    except (AttributeError, OSError):
+        pass
 
 
 def make_provider(store: TensorStore, kind: str, prefetch_bytes: int, chunk_bytes: int = 0) -> WeightsProvider:

@@ -16,7 +16,7 @@ NOT_BUILT = "engine._ckernels is not built (no C compiler at install time): only
 needs_c = pytest.mark.skipif(not C_BUILT, reason=NOT_BUILT)
 
 NAMES = ["f16_to_f32", "bf16_to_f32", "f32_to_f16", "dequant_u8_rows", "dequant_u8", "quant_u8", "gelu_erf", "geglu",
-         "softmax_rows"]
+         "softmax_rows", "taps_first"]
 
 
 def impls(name):
@@ -582,3 +582,23 @@ def test_softmax_rows_bad_arguments(fn):
         fn(s, np.zeros(2, np.float32))
     with pytest.raises(ValueError):
         fn(s.astype(np.float64), np.zeros(3, np.float32))
+
+
+# ---------------------------------------------------------------- taps_first
+
+
+@impls("taps_first")
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (5, 3, 3, 3), (16, 40, 3, 3), (7, 9, 1, 1), (2, 4, 2, 3)])
+def test_taps_first_puts_each_kernel_tap_in_one_matrix(fn, shape):
+    w = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    out = np.full((shape[0], shape[2] * shape[3], shape[1]), np.nan, np.float32)
+    fn(w, out)
+    for ky in range(shape[2]):
+        for kx in range(shape[3]):
+            assert_same_bits(out[:, ky * shape[3] + kx], w[:, :, ky, kx])
+
+
+@impls("taps_first")
+def test_taps_first_rejects_a_wrong_output_shape(fn):
+    with pytest.raises(ValueError, match="taps_first"):
+        fn(np.zeros((4, 3, 3, 3), np.float32), np.zeros((4, 3, 9), np.float32))

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from diffusers.models.embeddings import get_timestep_embedding
 
 from conftest import pcc
-from engine import ops
+from engine import blas, ops
 from engine.sources import Compact, Concat, Dense, Normalized, Upsampled, nearest_index
 
 rng = np.random.default_rng(1)
@@ -26,10 +26,20 @@ def close(got: np.ndarray, expected: torch.Tensor, tol: float = 1e-5) -> None:
     assert np.abs(got - e).max() <= tol * max(1.0, np.abs(e).max())
 
 
+@pytest.fixture(params=["shifted-gemms", "im2col"])
+def conv_path(request, monkeypatch):
+    """3x3 stride-1 convs run as nine accumulated GEMMs when cblas_sgemm is reachable,
+    else through the patch matrix: both must be right."""
+    if request.param == "shifted-gemms" and not blas.HAS_GEMM:
+        pytest.skip("no cblas_sgemm in numpy's BLAS here")
+    monkeypatch.setattr(blas, "HAS_GEMM", request.param == "shifted-gemms")
+    return request.param
+
+
 @pytest.mark.parametrize("k,stride", [(3, 1), (3, 2), (1, 1)])
 @pytest.mark.parametrize("band_bytes", [1, 50_000, 64 << 20])   # one row per band .. whole image
 @pytest.mark.parametrize("h,w", [(9, 14), (16, 16)])
-def test_conv2d_matches_torch_for_every_band_size(k, stride, band_bytes, h, w):
+def test_conv2d_matches_torch_for_every_band_size(k, stride, band_bytes, h, w, conv_path):
     x = randn(2, 32, h, w)
     wt = randn(24, 32, k, k, scale=0.1)
     b = randn(24)
@@ -37,12 +47,24 @@ def test_conv2d_matches_torch_for_every_band_size(k, stride, band_bytes, h, w):
     close(got, F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), stride, k // 2))
 
 
-def test_conv2d_accumulates_into_out():
+def test_conv2d_accumulates_into_out(conv_path):
     x = randn(1, 8, 6, 7)
     wt = randn(5, 8, 3, 3)
+    b = randn(5)
     base = randn(1, 5, 6, 7)
-    got = ops.conv2d(Dense(x), wt, None, 1, 2000, out=base.copy())
-    close(got, torch.from_numpy(base) + F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), None, 1, 1))
+    got = ops.conv2d(Dense(x), wt, b, 1, 2000, out=base.copy())
+    close(got, torch.from_numpy(base) + F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), 1, 1))
+
+
+def test_conv2d_of_a_normalised_concatenation_in_bands_matches_torch(conv_path):
+    a, s = randn(2, 24, 11, 13), randn(2, 8, 11, 13, scale=2.0)
+    gamma, beta = randn(32), randn(32)
+    src = Normalized(Concat(Dense(a), Compact(s, "fp16")), gamma, beta, groups=8, eps=1e-5, silu=True)
+    wt, b = randn(16, 32, 3, 3, scale=0.1), randn(16)
+    ref_in = F.silu(F.group_norm(torch.cat([torch.from_numpy(a), torch.from_numpy(Compact(s, "fp16").dense())], 1),
+                                 8, torch.from_numpy(gamma), torch.from_numpy(beta), 1e-5))
+    close(ops.conv2d(src, wt, b, 1, 4 * 32 * 15 * 3), F.conv2d(ref_in, torch.from_numpy(wt), torch.from_numpy(b), 1, 1),
+          tol=1e-4)
 
 
 def test_groupnorm_silu_source_matches_torch_even_with_a_large_mean():
@@ -140,7 +162,7 @@ def test_attention_heads_on_worker_threads_match_one_thread():
 
 
 @pytest.mark.parametrize("threads", [2, 3, 7])
-def test_elementwise_ops_split_over_threads_give_the_same_bits_as_one_thread(threads, monkeypatch):
+def test_elementwise_ops_split_over_threads_give_the_same_bits_as_one_thread(threads, monkeypatch, conv_path):
     monkeypatch.setattr(ops, "PARALLEL_MIN_ELEMENTS", 64)   # split even these small arrays
     x = randn(2, 12, 9, 11)
     src = Normalized(Concat(Dense(x[:, :8]), Compact(x[:, 8:], "fp16")), randn(12), randn(12), 4, 1e-5, True)
