@@ -107,6 +107,7 @@ def _conv3x3_shifted(src: Source, w: Weight, b: np.ndarray | None, band_bytes: i
         taps = np.empty((c1 - c0, 9, C), dtype=np.float32)
         wc = np.ascontiguousarray(wc)
         in_parallel(lambda r0, r1: fastops.taps_first(wc[r0:r1], taps[r0:r1]), 0, c1 - c0, taps.size, threads)
+        del wc   # with banded weights this chunk is its only copy: free it before the GEMMs
         result = np.empty((c1 - c0, band * Wp), dtype=np.float32)
         for bi in range(B):
             for y0 in range(0, H, band):

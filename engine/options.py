@@ -25,7 +25,7 @@ class Options:
     drop_pages: bool = False
     """After reading a weight, tell the kernel to drop its file pages from the page cache,
     so a model larger than RAM does not push out everything else."""
-    attention_slices: int = 2
+    attention_slices: int = 4
     """Query rows of each attention head are processed in this many bands."""
     threads: int = 0
     """Worker threads for attention heads (0: one per CPU core)."""
