@@ -26,7 +26,8 @@ class Options:
     """After reading a weight, tell the kernel to drop its file pages from the page cache,
     so a model larger than RAM does not push out everything else."""
     attention_slices: int = 4
-    """Query rows of each attention head are processed in this many bands."""
+    """Query rows of each attention head are processed in this many bands (fewer where a
+    band would hold under 1 MB of scores: short sequences, prompts)."""
     threads: int = 0
     """Worker threads for attention heads (0: one per CPU core)."""
     skip_dtype: str = "fp32"

@@ -135,7 +135,8 @@ def test_geglu_and_gelu_match_torch_exact_erf():
 
 @pytest.mark.parametrize("slices", [1, 3, 16, 1000])
 @pytest.mark.parametrize("lk", [77, 154, 300])
-def test_sliced_attention_matches_torch_sdpa(slices, lk):
+def test_sliced_attention_matches_torch_sdpa(slices, lk, monkeypatch):
+    monkeypatch.setattr(ops, "MIN_SCORE_BYTES", 4)   # let these small heads be cut as finely as asked
     heads, d, L = 4, 16, 50
     q, k, v = randn(L, heads * d), randn(lk, heads * d), randn(lk, heads * d)
     split = lambda t: torch.from_numpy(t).reshape(-1, heads, d).transpose(0, 1)  # noqa: E731
@@ -159,6 +160,18 @@ def test_attention_heads_on_worker_threads_match_one_thread():
     one = ops.attention(q.copy(), k, v, heads, 3, threads=1)
     for threads in (2, 4):
         assert np.allclose(ops.attention(q.copy(), k, v, heads, 3, threads=threads), one, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_bands_hold_at_least_min_score_bytes(monkeypatch):
+    bands = []
+    monkeypatch.setattr(ops, "_attention_heads", lambda q, k, v, out, heads, d, band: bands.append(band))
+    q, kv = randn(1024, 128), randn(1024, 128)
+    ops.attention(q, kv, kv, heads=2, slices=16, threads=1)
+    assert bands == [(1 << 20) // (4 * 1024)]            # 256 rows, not 64
+    ops.attention(randn(4096, 128), randn(4096, 128), randn(4096, 128), heads=2, slices=16, threads=1)
+    assert bands[-1] == 256                               # 16 slices of 4096 rows already hold 4 MB
+    ops.attention(randn(300, 128), randn(77, 128), randn(77, 128), heads=2, slices=16, threads=1)
+    assert bands[-1] == 300                               # a short prompt's scores: one band
 
 
 @pytest.mark.parametrize("threads", [2, 3, 7])
