@@ -28,6 +28,8 @@ void sf_gelu_erf(const float *x, float *out, size_t n);
 void sf_geglu(const float *p, float *out, size_t rows, size_t d);
 void sf_softmax_rows(float *s, float *sums, size_t rows, size_t cols);
 void sf_taps_first(const float *w, float *out, size_t rows, size_t cin, size_t taps);
+void sf_layer_norm(const float *x, const float *gamma, const float *beta, float *out, size_t rows, size_t cols,
+                   float eps);
 """
 
 SOURCE = r"""
@@ -278,6 +280,46 @@ void sf_taps_first(const float *restrict w, float *restrict out, size_t rows, si
         for (size_t t = 0; t < taps; t++)
             for (size_t c = 0; c < cin; c++)
                 dst[t * cin + c] = src[c * taps + t];
+    }
+}
+
+/* Sum of SF_LANES interleaved double lanes (the tail adds into the first lanes),
+   combined pairwise: the order numpy reproduces in np_layer_norm. */
+static inline double sf_lanes_sum(const double *acc)
+{
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* LayerNorm of each row: mean and variance accumulated in double, then
+   out = ((x - mean) * rstd) * gamma + beta in float32, as numpy's steps. */
+SF_CLONES
+void sf_layer_norm(const float *restrict x, const float *restrict gamma, const float *restrict beta,
+                   float *restrict out, size_t rows, size_t cols, float eps)
+{
+    size_t body = cols / SF_LANES * SF_LANES;
+    for (size_t r = 0; r < rows; r++) {
+        const float *restrict xr = x + r * cols;
+        float *restrict o = out + r * cols;
+        double acc[SF_LANES] = {0};
+        for (size_t i = 0; i < body; i += SF_LANES)
+            for (int j = 0; j < SF_LANES; j++)
+                acc[j] += (double)xr[i + j];
+        for (size_t i = body; i < cols; i++)
+            acc[i - body] += (double)xr[i];
+        float mean = (float)(sf_lanes_sum(acc) / (double)cols);
+        double sq[SF_LANES] = {0};
+        for (size_t i = 0; i < body; i += SF_LANES)
+            for (int j = 0; j < SF_LANES; j++) {
+                double d = (double)(xr[i + j] - mean);
+                sq[j] += d * d;
+            }
+        for (size_t i = body; i < cols; i++) {
+            double d = (double)(xr[i] - mean);
+            sq[i - body] += d * d;
+        }
+        float rstd = (float)(1.0 / sqrt(sf_lanes_sum(sq) / (double)cols + (double)eps));
+        for (size_t i = 0; i < cols; i++)
+            o[i] = ((xr[i] - mean) * rstd) * gamma[i] + beta[i];
     }
 }
 """

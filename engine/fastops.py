@@ -33,6 +33,7 @@ __all__ = [
     "geglu",
     "softmax_rows",
     "taps_first",
+    "layer_norm",
 ]
 
 _CHOICE = os.environ.get("SLOWFRAME_KERNELS", "").strip().lower()
@@ -347,6 +348,48 @@ def np_taps_first(w, out):
     return out
 
 
+def _check_layer_norm(x, gamma, beta, out):
+    _arr("x", x, (_F32,))
+    _arr("gamma", gamma, (_F32,))
+    _arr("beta", beta, (_F32,))
+    _arr("out", out, (_F32,), writable=True)
+    if x.ndim != 2 or out.shape != x.shape or gamma.shape != (x.shape[1],) or beta.shape != (x.shape[1],):
+        raise ValueError(f"layer_norm: x and out (rows, cols), gamma and beta (cols,); got {x.shape}, "
+                         f"{gamma.shape}, {beta.shape}, {out.shape}")
+    _no_overlap(out, x)
+
+
+def _lanes_sum(values, cols):
+    """Row sums of float64 `values` (rows, cols) in the C kernels' lane order."""
+    body = cols // _LANES * _LANES
+    lanes = np.zeros((values.shape[0], _LANES))
+    np.add.reduce(values[:, :body].reshape(values.shape[0], -1, _LANES), axis=1, out=lanes)
+    lanes[:, :cols - body] += values[:, body:]
+    return ((lanes[:, 0] + lanes[:, 1]) + (lanes[:, 2] + lanes[:, 3])) + \
+        ((lanes[:, 4] + lanes[:, 5]) + (lanes[:, 6] + lanes[:, 7]))
+
+
+def np_layer_norm(x, gamma, beta, eps, out):
+    """LayerNorm over each row of x (rows, cols): mean and variance summed in float64
+    (in the C kernel's lane order), the normalisation in float32."""
+    _check_layer_norm(x, gamma, beta, out)
+    rows, cols = x.shape
+    if cols == 0:
+        return out
+    step = max(1, _BLOCK // cols)
+    for i in range(0, rows, step):
+        xs = x[i:i + step]
+        mean = (_lanes_sum(xs.astype(np.float64), cols) / cols).astype(np.float32)
+        d = np.subtract(xs, mean[:, None], out=out[i:i + step])
+        d2 = d.astype(np.float64)
+        d2 *= d2
+        rstd = (1.0 / np.sqrt(_lanes_sum(d2, cols) / cols + np.float64(np.float32(eps)))).astype(np.float32)
+        d *= rstd[:, None]
+        d *= gamma
+        d += beta
+    return out
+
+
 # ---------------------------------------------------------------- C kernels
 
 if _ckernels is not None:
@@ -427,8 +470,15 @@ if _ckernels is not None:
             _lib.sf_taps_first(_p("float[]", w), _p("float[]", out), out.shape[0], out.shape[2], out.shape[1])
         return out
 
+    def c_layer_norm(x, gamma, beta, eps, out):
+        _check_layer_norm(x, gamma, beta, out)
+        if x.size:
+            _lib.sf_layer_norm(_p("float[]", x), _p("float[]", gamma), _p("float[]", beta), _p("float[]", out),
+                               x.shape[0], x.shape[1], float(eps))
+        return out
+
 else:
-    c_softmax_rows = c_taps_first = None
+    c_softmax_rows = c_taps_first = c_layer_norm = None
     c_f16_to_f32 = c_bf16_to_f32 = c_f32_to_f16 = None
     c_dequant_u8_rows = c_dequant_u8 = c_quant_u8 = None
     c_gelu_erf = c_geglu = None
@@ -444,4 +494,5 @@ gelu_erf = c_gelu_erf if _C else np_gelu_erf
 geglu = c_geglu if _C else np_geglu
 softmax_rows = c_softmax_rows if _C else np_softmax_rows
 taps_first = c_taps_first if _C else np_taps_first
+layer_norm = c_layer_norm if _C else np_layer_norm
 del _C

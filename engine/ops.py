@@ -189,17 +189,11 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 
                threads: int = 0) -> np.ndarray:
     """LayerNorm over the last axis (rows split over threads)."""
     c = x.shape[-1]
-    rows = x.reshape(-1, c)
+    rows = np.ascontiguousarray(x.reshape(-1, c))
+    gamma, beta = np.ascontiguousarray(gamma, np.float32), np.ascontiguousarray(beta, np.float32)
     out = np.empty(rows.shape, dtype=np.float32)
-
-    def part(r0: int, r1: int) -> None:
-        xs = rows[r0:r1]
-        d = np.subtract(xs, xs.mean(axis=-1, keepdims=True), out=out[r0:r1])
-        var = np.einsum("...c,...c->...", d, d)[..., None] / c
-        d *= 1.0 / np.sqrt(var + eps)
-        d *= gamma
-        d += beta
-    in_parallel(part, 0, rows.shape[0], rows.size, threads)
+    in_parallel(lambda r0, r1: fastops.layer_norm(rows[r0:r1], gamma, beta, eps, out[r0:r1]),
+                0, rows.shape[0], rows.size, threads)
     return out.reshape(x.shape)
 
 

@@ -16,7 +16,7 @@ NOT_BUILT = "engine._ckernels is not built (no C compiler at install time): only
 needs_c = pytest.mark.skipif(not C_BUILT, reason=NOT_BUILT)
 
 NAMES = ["f16_to_f32", "bf16_to_f32", "f32_to_f16", "dequant_u8_rows", "dequant_u8", "quant_u8", "gelu_erf", "geglu",
-         "softmax_rows", "taps_first"]
+         "softmax_rows", "taps_first", "layer_norm"]
 
 
 def impls(name):
@@ -602,3 +602,40 @@ def test_taps_first_puts_each_kernel_tap_in_one_matrix(fn, shape):
 def test_taps_first_rejects_a_wrong_output_shape(fn):
     with pytest.raises(ValueError, match="taps_first"):
         fn(np.zeros((4, 3, 3, 3), np.float32), np.zeros((4, 3, 9), np.float32))
+
+
+# ---------------------------------------------------------------- layer_norm
+
+LAYER_NORM_SHAPES = [(1, 1), (3, 7), (5, 8), (64, 640), (16, 1280), (9, 2053)]
+
+
+@impls("layer_norm")
+@pytest.mark.parametrize("shape", LAYER_NORM_SHAPES)
+@pytest.mark.parametrize("offset", [0.0, 300.0])       # a mean far above the spread must not cost precision
+def test_layer_norm_vs_float64(fn, shape, offset):
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal(shape) * 2.0 + offset).astype(np.float32)
+    gamma, beta = rng.standard_normal(shape[1]).astype(np.float32), rng.standard_normal(shape[1]).astype(np.float32)
+    got = fn(x, gamma, beta, 1e-5, np.empty_like(x))
+    x64 = x.astype(np.float64)
+    ref = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5) * gamma + beta
+    assert np.abs(got - ref).max() <= 2e-5 * max(1.0, np.abs(ref).max())
+
+
+@needs_c
+@pytest.mark.parametrize("shape", LAYER_NORM_SHAPES + [(300, 640)])
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+def test_layer_norm_c_vs_numpy_bits(shape, scale):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(shape) * scale + scale).astype(np.float32)
+    gamma, beta = rng.standard_normal(shape[1]).astype(np.float32), rng.standard_normal(shape[1]).astype(np.float32)
+    for eps in (1e-5, 1e-6):
+        assert_same_bits(fo.c_layer_norm(x, gamma, beta, eps, np.empty_like(x)),
+                         fo.np_layer_norm(x, gamma, beta, eps, np.empty_like(x)))
+
+
+@impls("layer_norm")
+def test_layer_norm_rejects_mismatched_parameters(fn):
+    x = np.zeros((4, 8), np.float32)
+    with pytest.raises(ValueError, match="layer_norm"):
+        fn(x, np.ones(7, np.float32), np.zeros(8, np.float32), 1e-5, np.empty_like(x))
