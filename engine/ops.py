@@ -78,6 +78,7 @@ def conv2d(src: Source, w: Weight, b: np.ndarray | None, stride: int = 1,
 # A band's padded input stays within this many bytes even when band_bytes allows more:
 # the nine GEMMs that read it run ~10% faster while it is cache-sized (measured on x86-64).
 SHIFTED_BAND_BYTES = 16 << 20
+TAPS_PIECE_BYTES = 16 << 20
 
 
 def _conv3x3_shifted(src: Source, w: Weight, b: np.ndarray | None, band_bytes: int, out: np.ndarray,
@@ -103,37 +104,44 @@ def _conv3x3_shifted(src: Source, w: Weight, b: np.ndarray | None, band_bytes: i
     padded = flat[:C * rows * Wp].reshape(C, rows, Wp)
     padded[:, :, 0] = 0.0
     padded[:, :, W + 1] = 0.0
+    # the tap matrices are made for a piece of the output channels at a time: a whole
+    # 2560->1280 weight would otherwise be copied at once (118 MB). Pieces of at least
+    # TAPS_PIECE_BYTES keep the GEMMs tall enough to run at full speed.
+    piece = max(1, min(co, max(band_bytes, TAPS_PIECE_BYTES) // (4 * 9 * C)))
+    result = np.empty((piece, band * Wp), dtype=np.float32)
     for c0, c1, wc in row_chunks(w):
-        taps = np.empty((c1 - c0, 9, C), dtype=np.float32)
         wc = np.ascontiguousarray(wc)
-        in_parallel(lambda r0, r1: fastops.taps_first(wc[r0:r1], taps[r0:r1]), 0, c1 - c0, taps.size, threads)
-        del wc   # with banded weights this chunk is its only copy: free it before the GEMMs
-        result = np.empty((c1 - c0, band * Wp), dtype=np.float32)
-        for bi in range(B):
-            for y0 in range(0, H, band):
-                n = min(band, H - y0)
-                a, z = max(y0 - 1, 0), min(y0 + n + 1, H)
-                padded[:, :a - (y0 - 1)] = 0.0
-                padded[:, z - (y0 - 1):] = 0.0
+        for p0 in range(c0, c1, piece):
+            p1 = min(c1, p0 + piece)
+            rows_of = wc[p0 - c0:p1 - c0]
+            taps = np.empty((p1 - p0, 9, C), dtype=np.float32)
+            in_parallel(lambda r0, r1: fastops.taps_first(rows_of[r0:r1], taps[r0:r1]), 0, p1 - p0, taps.size,
+                        threads)
+            for bi in range(B):
+                for y0 in range(0, H, band):
+                    n = min(band, H - y0)
+                    a, z = max(y0 - 1, 0), min(y0 + n + 1, H)
+                    padded[:, :a - (y0 - 1)] = 0.0
+                    padded[:, z - (y0 - 1):] = 0.0
 
-                def fill(r0: int, r1: int) -> None:
-                    padded[:, r0 - (y0 - 1):r1 - (y0 - 1), 1:W + 1] = src.rows(bi, r0, r1)
-                in_parallel(fill, a, z, C * (z - a) * W, threads)
-                res = result[:, :n * Wp]
-                for t in range(9):
-                    offset = (t // 3) * Wp + t % 3
-                    taps_in = np.lib.stride_tricks.as_strided(flat[offset:], (C, n * Wp), (4 * rows * Wp, 4))
-                    blas.gemm(taps[:, t], taps_in, res, 0.0 if t == 0 else 1.0)
-                valid = res.reshape(c1 - c0, n, Wp)[:, :, :W]
-                dst = out[bi, c0:c1, y0:y0 + n]
-                if accumulate:
-                    dst += valid
-                    if b is not None:
-                        dst += b[c0:c1, None, None]
-                elif b is not None:
-                    np.add(valid, b[c0:c1, None, None], out=dst)
-                else:
-                    dst[...] = valid
+                    def fill(r0: int, r1: int) -> None:
+                        padded[:, r0 - (y0 - 1):r1 - (y0 - 1), 1:W + 1] = src.rows(bi, r0, r1)
+                    in_parallel(fill, a, z, C * (z - a) * W, threads)
+                    res = result[:p1 - p0, :n * Wp]
+                    for t in range(9):
+                        offset = (t // 3) * Wp + t % 3
+                        taps_in = np.lib.stride_tricks.as_strided(flat[offset:], (C, n * Wp), (4 * rows * Wp, 4))
+                        blas.gemm(taps[:, t], taps_in, res, 0.0 if t == 0 else 1.0)
+                    valid = res.reshape(p1 - p0, n, Wp)[:, :, :W]
+                    dst = out[bi, p0:p1, y0:y0 + n]
+                    if accumulate:
+                        dst += valid
+                        if b is not None:
+                            dst += b[p0:p1, None, None]
+                    elif b is not None:
+                        np.add(valid, b[p0:p1, None, None], out=dst)
+                    else:
+                        dst[...] = valid
 
 
 class Patches:
