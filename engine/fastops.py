@@ -308,6 +308,18 @@ def _check_softmax(s, sums):
         raise ValueError(f"softmax_rows: s must be 2-D and sums ({s.shape[0]},); got {s.shape}, {sums.shape}")
 
 
+def _lanes_sum(values, cols):
+    """Row sums of `values` (rows, cols), in their dtype, in the C kernels' lane order:
+    _LANES interleaved partial sums (the tail adds into the first lanes), combined pairwise."""
+    body = cols // _LANES * _LANES
+    lanes = np.zeros((values.shape[0], _LANES), dtype=values.dtype)
+    # numpy adds along a non-last axis one block after another, like the C loop
+    np.add.reduce(values[:, :body].reshape(values.shape[0], -1, _LANES), axis=1, out=lanes)
+    lanes[:, :cols - body] += values[:, body:]
+    return ((lanes[:, 0] + lanes[:, 1]) + (lanes[:, 2] + lanes[:, 3])) + \
+        ((lanes[:, 4] + lanes[:, 5]) + (lanes[:, 6] + lanes[:, 7]))
+
+
 def np_softmax_rows(s, sums):
     """Each row of s (rows, cols) -> exp(row - max(row)) in place (a NaN anywhere in a row
     makes it all NaN); sums (rows,) = row sums, added in 8 interleaved lanes as the C
@@ -318,18 +330,12 @@ def np_softmax_rows(s, sums):
         sums[...] = 0
         return s
     step = max(1, _BLOCK // cols)
-    body = cols // _LANES * _LANES
     for i in range(0, rows, step):
         x = s[i:i + step]
         with np.errstate(invalid="ignore"):   # a NaN or inf row turns to NaN, as in C
             x -= x.max(axis=1, keepdims=True)
             _np_exp_neg(x)
-        lanes = np.zeros((x.shape[0], _LANES), dtype=np.float32)
-        # numpy adds along a non-last axis one block after another, like the C loop
-        np.add.reduce(x[:, :body].reshape(x.shape[0], -1, _LANES), axis=1, out=lanes)
-        lanes[:, :cols - body] += x[:, body:]
-        sums[i:i + step] = ((lanes[:, 0] + lanes[:, 1]) + (lanes[:, 2] + lanes[:, 3])) + \
-            ((lanes[:, 4] + lanes[:, 5]) + (lanes[:, 6] + lanes[:, 7]))
+        sums[i:i + step] = _lanes_sum(x, cols)
     return s
 
 
@@ -357,16 +363,6 @@ def _check_layer_norm(x, gamma, beta, out):
         raise ValueError(f"layer_norm: x and out (rows, cols), gamma and beta (cols,); got {x.shape}, "
                          f"{gamma.shape}, {beta.shape}, {out.shape}")
     _no_overlap(out, x)
-
-
-def _lanes_sum(values, cols):
-    """Row sums of float64 `values` (rows, cols) in the C kernels' lane order."""
-    body = cols // _LANES * _LANES
-    lanes = np.zeros((values.shape[0], _LANES))
-    np.add.reduce(values[:, :body].reshape(values.shape[0], -1, _LANES), axis=1, out=lanes)
-    lanes[:, :cols - body] += values[:, body:]
-    return ((lanes[:, 0] + lanes[:, 1]) + (lanes[:, 2] + lanes[:, 3])) + \
-        ((lanes[:, 4] + lanes[:, 5]) + (lanes[:, 6] + lanes[:, 7]))
 
 
 def np_layer_norm(x, gamma, beta, eps, out):
