@@ -203,10 +203,15 @@ void sf_geglu(const float *restrict p, float *restrict out, size_t rows, size_t 
     }
 }
 
-/* exp(x) for x <= 0 (Cephes expf: Cody-Waite reduction, degree-5 polynomial, ~1 ulp).
-   x is clamped at -87 so no result is subnormal (they are slow in the next GEMM). */
+/* exp(x) for x <= 0 (Cephes expf: Cody-Waite reduction, degree-5 polynomial, ~1 ulp),
+   flushed to exactly 0 below x = -64. A softmax row sums to at least 1, so the ~1e-28
+   dropped there is far below float32 rounding; what it buys is that the next GEMM
+   (probabilities times values) never forms a subnormal product, each of which costs
+   x86 a microcode assist: with untrained weights' wide score ranges attention ran ~2x
+   slower. (The clamp at -87 only keeps the exponent arithmetic in range.) */
 static inline float sf_exp_neg(float x)
 {
+    int flush = x < -64.0f;
     x = sf_sel(x < -87.0f, -87.0f, x);
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   /* round(x / ln 2) */
     float r = x - n * 0.693359375f;
@@ -218,7 +223,7 @@ static inline float sf_exp_neg(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = (p * r) * r + r + 1.0f;
-    return p * sf_u2f((uint32_t)((int32_t)n + 127) << 23);
+    return sf_sel(flush, 0.0f, p * sf_u2f((uint32_t)((int32_t)n + 127) << 23));
 }
 
 #define SF_LANES 8

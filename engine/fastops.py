@@ -279,9 +279,14 @@ _EXP_P = [np.float32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073
 _LANES = 8
 
 
+# softmax_rows gives exactly 0 for arguments below this (see sf_exp_neg in _kernels_build.py)
+EXP_FLUSH_BELOW = -64.0
+
+
 def _np_exp_neg(x):
-    """exp(x) for x <= 0 in place, the same Cephes steps as sf_exp_neg (clamped at -87)."""
+    """exp(x) for x <= 0 in place, the same Cephes steps as sf_exp_neg (0 below -64)."""
     f32 = np.float32
+    flush = x < f32(EXP_FLUSH_BELOW)
     np.maximum(x, f32(-87.0), out=x)
     n = x * f32(1.44269504088896341)
     n += f32(12582912.0)
@@ -298,6 +303,7 @@ def _np_exp_neg(x):
     p += f32(1.0)
     scale = ((n.astype(np.int32) + 127) << 23).view(np.float32)
     np.multiply(p, scale, out=x)
+    x[flush] = 0.0
     return x
 
 
