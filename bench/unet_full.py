@@ -48,7 +48,9 @@ import traceback
 import uuid
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's engine, if not installed
+import engine  # noqa: E402,F401  (before numpy: it sets OpenBLAS's thread spin, read when numpy loads)
+import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).resolve()
@@ -888,7 +890,8 @@ def main(argv=None) -> int:
 
     CACHE.mkdir(parents=True, exist_ok=True)
     log(f"slowframe UNet benchmark - {time.strftime('%Y-%m-%d %H:%M:%S')}, {platform.node()}, "
-        f"{os.cpu_count()} CPUs, python {platform.python_version()}, numpy {np.__version__}")
+        f"{os.cpu_count()} CPUs, python {platform.python_version()}, numpy {np.__version__}, "
+        f"OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT', 'unset')}")
     log(f"cache: {CACHE}" + ("   ** SLOWFRAME_BENCH_TINY: tiny smoke-test model, figures are meaningless **" if TINY else ""))
 
     if args.cgroup_selftest:

@@ -37,7 +37,9 @@ import time
 import traceback
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's engine, if not installed
+import engine  # noqa: E402,F401  (before numpy: it sets OpenBLAS's thread spin, read when numpy loads)
+import numpy as np  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
