@@ -34,6 +34,9 @@ __all__ = [
     "softmax_rows",
     "taps_first",
     "layer_norm",
+    "wino_weights",
+    "wino_input",
+    "wino_output",
 ]
 
 _CHOICE = os.environ.get("SLOWFRAME_KERNELS", "").strip().lower()
@@ -360,6 +363,87 @@ def np_taps_first(w, out):
     return out
 
 
+# Winograd F(2x2, 3x3) transforms (see sf_wino_* in _kernels_build.py): each works on a
+# range of channels, so ops.conv2d can split it over threads, and takes the steps in
+# the same order as the C.
+
+def _check_range(name, lo, hi, n):
+    if not (0 <= lo <= hi <= n):
+        raise ValueError(f"{name}: channel range {lo}:{hi} is outside 0:{n}")
+
+
+def _check_wino_weights(w, u, r0, r1):
+    _arr("w", w, (_F32,))
+    _arr("u", u, (_F32,), writable=True)
+    if w.ndim != 4 or w.shape[2:] != (3, 3) or u.shape != (16, w.shape[0], w.shape[1]):
+        raise ValueError(f"wino_weights: w (rows, cin, 3, 3) -> u (16, rows, cin), got {w.shape} -> {u.shape}")
+    _check_range("wino_weights", r0, r1, w.shape[0])
+    _no_overlap(u, w)
+
+
+def np_wino_weights(w, u, r0, r1):
+    """u[:, r0:r1] = G g G^T of each 3x3 kernel g of w[r0:r1], as 16 planes (16, rows, cin)."""
+    _check_wino_weights(w, u, r0, r1)
+    g = w[r0:r1]
+    h = np.float32(0.5)
+    a = [g[:, :, 0], ((g[:, :, 0] + g[:, :, 1]) + g[:, :, 2]) * h, ((g[:, :, 0] - g[:, :, 1]) + g[:, :, 2]) * h,
+         g[:, :, 2]]
+    for i in range(4):
+        x0, x1, x2 = a[i][..., 0], a[i][..., 1], a[i][..., 2]
+        u[4 * i + 0, r0:r1] = x0
+        u[4 * i + 1, r0:r1] = ((x0 + x1) + x2) * h
+        u[4 * i + 2, r0:r1] = ((x0 - x1) + x2) * h
+        u[4 * i + 3, r0:r1] = x2
+    return u
+
+
+def _check_wino_input(p, v, c0, c1):
+    _arr("p", p, (_F32,))
+    _arr("v", v, (_F32,), writable=True)
+    if p.ndim != 3 or v.ndim != 4 or v.shape[:2] != (16, p.shape[0]) \
+            or p.shape[1] < 2 * v.shape[2] + 2 or p.shape[2] < 2 * v.shape[3] + 2:
+        raise ValueError(f"wino_input: p (cin, >= 2ty+2, >= 2tx+2) -> v (16, cin, ty, tx), got {p.shape} -> {v.shape}")
+    _check_range("wino_input", c0, c1, p.shape[0])
+    _no_overlap(v, p)
+
+
+def np_wino_input(p, v, c0, c1):
+    """v[:, c0:c1] = B^T d B of every 4x4 tile d = p[c, 2i:2i+4, 2j:2j+4]."""
+    _check_wino_input(p, v, c0, c1)
+    ty, tx = v.shape[2], v.shape[3]
+    d = [p[c0:c1, k:k + 2 * ty:2, :2 * tx + 2] for k in range(4)]
+    t = [d[0] - d[2], d[1] + d[2], d[2] - d[1], d[1] - d[3]]
+    for r in range(4):
+        e = [t[r][:, :, k:k + 2 * tx:2] for k in range(4)]
+        np.subtract(e[0], e[2], out=v[4 * r + 0, c0:c1])
+        np.add(e[1], e[2], out=v[4 * r + 1, c0:c1])
+        np.subtract(e[2], e[1], out=v[4 * r + 2, c0:c1])
+        np.subtract(e[1], e[3], out=v[4 * r + 3, c0:c1])
+    return v
+
+
+def _check_wino_output(m, y, c0, c1):
+    _arr("m", m, (_F32,))
+    _arr("y", y, (_F32,), writable=True)
+    if m.ndim != 4 or m.shape[0] != 16 or y.shape != (m.shape[1], 2 * m.shape[2], 2 * m.shape[3]):
+        raise ValueError(f"wino_output: m (16, cout, ty, tx) -> y (cout, 2ty, 2tx), got {m.shape} -> {y.shape}")
+    _check_range("wino_output", c0, c1, m.shape[1])
+    _no_overlap(y, m)
+
+
+def np_wino_output(m, y, c0, c1):
+    """y[c0:c1] = A^T m A of every transformed tile: each gives a 2x2 block of y."""
+    _check_wino_output(m, y, c0, c1)
+    mm = m[:, c0:c1]
+    q = [[(mm[4 * r] + mm[4 * r + 1]) + mm[4 * r + 2], (mm[4 * r + 1] - mm[4 * r + 2]) - mm[4 * r + 3]]
+         for r in range(4)]
+    yy = y[c0:c1].reshape(c1 - c0, m.shape[2], 2, m.shape[3], 2)
+    for b in range(2):
+        yy[:, :, 0, :, b] = (q[0][b] + q[1][b]) + q[2][b]
+        yy[:, :, 1, :, b] = (q[1][b] - q[2][b]) - q[3][b]
+    return y
+
+
 def _check_layer_norm(x, gamma, beta, out):
     _arr("x", x, (_F32,))
     _arr("gamma", gamma, (_F32,))
@@ -479,8 +563,28 @@ if _ckernels is not None:
                                x.shape[0], x.shape[1], float(eps))
         return out
 
+    def c_wino_weights(w, u, r0, r1):
+        _check_wino_weights(w, u, r0, r1)
+        if u.size:
+            _lib.sf_wino_weights(_p("float[]", w), _p("float[]", u), w.shape[0], w.shape[1], r0, r1)
+        return u
+
+    def c_wino_input(p, v, c0, c1):
+        _check_wino_input(p, v, c0, c1)
+        if v.size:
+            _lib.sf_wino_input(_p("float[]", p), _p("float[]", v), p.shape[0], p.shape[1], p.shape[2],
+                               v.shape[2], v.shape[3], c0, c1)
+        return v
+
+    def c_wino_output(m, y, c0, c1):
+        _check_wino_output(m, y, c0, c1)
+        if y.size:
+            _lib.sf_wino_output(_p("float[]", m), _p("float[]", y), m.shape[1], m.shape[2], m.shape[3], c0, c1)
+        return y
+
 else:
     c_softmax_rows = c_taps_first = c_layer_norm = None
+    c_wino_weights = c_wino_input = c_wino_output = None
     c_f16_to_f32 = c_bf16_to_f32 = c_f32_to_f16 = None
     c_dequant_u8_rows = c_dequant_u8 = c_quant_u8 = None
     c_gelu_erf = c_geglu = None
@@ -497,4 +601,7 @@ geglu = c_geglu if _C else np_geglu
 softmax_rows = c_softmax_rows if _C else np_softmax_rows
 taps_first = c_taps_first if _C else np_taps_first
 layer_norm = c_layer_norm if _C else np_layer_norm
+wino_weights = c_wino_weights if _C else np_wino_weights
+wino_input = c_wino_input if _C else np_wino_input
+wino_output = c_wino_output if _C else np_wino_output
 del _C

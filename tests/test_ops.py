@@ -26,12 +26,14 @@ def close(got: np.ndarray, expected: torch.Tensor, tol: float = 1e-5) -> None:
     assert np.abs(got - e).max() <= tol * max(1.0, np.abs(e).max())
 
 
-@pytest.fixture(params=["shifted-gemms", "im2col"])
+@pytest.fixture(params=["winograd", "shifted-gemms", "im2col"])
 def conv_path(request, monkeypatch):
-    """3x3 stride-1 convs run as nine accumulated GEMMs when cblas_sgemm is reachable,
-    else through the patch matrix: both must be right."""
+    """3x3 stride-1 convs run by Winograd where a band holds enough tiles, else as nine
+    accumulated GEMMs when cblas_sgemm is reachable, else through the patch matrix:
+    all three must be right."""
     if request.param == "shifted-gemms" and not blas.HAS_GEMM:
         pytest.skip("no cblas_sgemm in numpy's BLAS here")
+    monkeypatch.setattr(ops, "WINO_MIN_TILES", 0 if request.param == "winograd" else 1 << 60)
     monkeypatch.setattr(blas, "HAS_GEMM", request.param == "shifted-gemms")
     return request.param
 
