@@ -10,6 +10,7 @@ import torch
 
 from conftest import pcc
 from engine import ops
+from engine.model import StreamedModel
 from engine.sdxl import UNet
 from engine.sources import Dense
 
@@ -43,6 +44,19 @@ def test_batch1_square_77_tokens_each_preset(tiny_unet, preset):
     with UNet.load(tiny_unet.folder, preset=preset) as unet:
         got = unet(*inputs)
     assert pcc(got, tiny_unet.reference(*inputs)) >= 0.999
+
+
+def test_feed_forward_in_bands_of_tokens_and_of_hidden_units_matches_diffusers(tiny_unet, monkeypatch):
+    # 48x40: level 1 has more tokens (480) than 4x its width (256), level 2 fewer (120 vs 512)
+    used = []
+    for way in ("_ff_in_token_bands", "_ff_in_hidden_bands"):
+        real = getattr(StreamedModel, way)
+        monkeypatch.setattr(StreamedModel, way, lambda self, *a, _real=real, _way=way: used.append(_way) or _real(self, *a))
+    inputs = tiny_unet.inputs(batch=1, h=48, w=40, tokens=77)
+    with UNet.load(tiny_unet.folder, band_bytes=8192) as unet:   # several bands of either kind
+        got = unet(*inputs)
+    assert set(used) == {"_ff_in_token_bands", "_ff_in_hidden_bands"}
+    assert pcc(got, tiny_unet.reference(*inputs)) >= 0.9999
 
 
 @pytest.mark.parametrize("h,w", [(15, 22), (8, 12), (9, 5)])
