@@ -35,11 +35,13 @@ def conv2d(src: Source, w: Weight, b: np.ndarray | None, stride: int = 1,
            band_bytes: int = 64 << 20, out: np.ndarray | None = None, threads: int = 0) -> np.ndarray:
     """2-D convolution, padding k//2, for 1x1 and 3x3 kernels at stride 1 or 2.
 
-    Works in bands of output rows: for each band the (C*k*k, rows*W) patch matrix is
-    built from just the input rows it needs (so a full im2col never exists, and the
-    source may be normalised/upsampled/concatenated on the fly), then one GEMM.
-    A WeightRows weight is applied a band of output channels at a time.
-    With `out` given, the result is added to it.
+    Works in bands of output rows, each built from just the input rows it needs (so a
+    full im2col never exists, and the source may be normalised/upsampled/concatenated
+    on the fly). 3x3 stride-1 convolutions run by Winograd F(2x2, 3x3) where a band
+    holds at least WINO_MIN_TILES tiles, else as nine shifted GEMMs; the rest (and
+    3x3 without a reachable cblas_sgemm) build the band's (C*k*k, rows*W) patch
+    matrix for one GEMM. A WeightRows weight is applied a band of output channels at
+    a time. With `out` given, the result is added to it.
     """
     B, C, H, W = src.shape
     co, ci, k, _ = w.shape
