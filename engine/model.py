@@ -183,12 +183,7 @@ class StreamedModel:
         out = np.empty((x.shape[0], w2.shape[0]), dtype=np.float32)
         for j0 in range(0, inner, step):
             j1 = min(inner, j0 + step)
-            p = np.empty((x.shape[0], 2 * (j1 - j0)), dtype=np.float32)
-            np.matmul(x, w1[j0:j1].T, out=p[:, :j1 - j0])
-            np.matmul(x, w1[inner + j0:inner + j1].T, out=p[:, j1 - j0:])
-            p += np.concatenate([b1[j0:j1], b1[inner + j0:inner + j1]])
-            hidden = ops.geglu(p)
-            del p
+            hidden = _geglu_band(x, w1[j0:j1], w1[inner + j0:inner + j1], b1, inner, j0, j1)
             if j0 == 0:
                 np.matmul(hidden, w2[:, j0:j1].T, out=out)
             else:
@@ -204,11 +199,7 @@ class StreamedModel:
         hidden = np.empty((x.shape[0], inner), dtype=np.float32)
         for j0 in range(0, inner, step):
             j1 = min(inner, j0 + step)
-            p = np.empty((x.shape[0], 2 * (j1 - j0)), dtype=np.float32)
-            np.matmul(x, w1.rows(j0, j1).T, out=p[:, :j1 - j0])
-            np.matmul(x, w1.rows(inner + j0, inner + j1).T, out=p[:, j1 - j0:])
-            p += np.concatenate([b1[j0:j1], b1[inner + j0:inner + j1]])
-            hidden[:, j0:j1] = ops.geglu(p)
+            hidden[:, j0:j1] = _geglu_band(x, w1.rows(j0, j1), w1.rows(inner + j0, inner + j1), b1, inner, j0, j1)
         return hidden
 
     def attention(self, name: str, q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int) -> np.ndarray:
@@ -225,3 +216,14 @@ class StreamedModel:
                 out[b] = ops.attention(q[b], k[b], v[b], heads, slices, self.threads)
         self.trace.end("attention", name, 0, started)
         return out
+
+
+def _geglu_band(x: np.ndarray, value_rows: np.ndarray, gate_rows: np.ndarray, b1: np.ndarray, inner: int,
+                j0: int, j1: int) -> np.ndarray:
+    """value * gelu(gate) for hidden units j0:j1 of a GEGLU projection (value rows first,
+    then gate rows, `inner` of each), given those units' rows of its weight."""
+    p = np.empty((x.shape[0], 2 * (j1 - j0)), dtype=np.float32)
+    np.matmul(x, value_rows.T, out=p[:, :j1 - j0])
+    np.matmul(x, gate_rows.T, out=p[:, j1 - j0:])
+    p += np.concatenate([b1[j0:j1], b1[inner + j0:inner + j1]])
+    return ops.geglu(p)

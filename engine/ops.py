@@ -127,13 +127,7 @@ def _conv3x3_shifted(src: Source, w: Weight, b: np.ndarray | None, band_bytes: i
             for bi in range(B):
                 for y0 in range(0, H, band):
                     n = min(band, H - y0)
-                    a, z = max(y0 - 1, 0), min(y0 + n + 1, H)
-                    padded[:, :a - (y0 - 1)] = 0.0
-                    padded[:, z - (y0 - 1):] = 0.0
-
-                    def fill(r0: int, r1: int) -> None:
-                        padded[:, r0 - (y0 - 1):r1 - (y0 - 1), 1:W + 1] = src.rows(bi, r0, r1)
-                    in_parallel(fill, a, z, C * (z - a) * W, threads)
+                    _fill_rows(src, bi, y0 - 1, padded, 1, threads)
                     res = result[:p1 - p0, :n * Wp]
                     for t in range(9):
                         offset = (t // 3) * Wp + t % 3
@@ -192,13 +186,7 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, ban
                 for y0 in range(0, H, 2 * ty):
                     n = min(2 * ty, H - y0)
                     tyn = (n + 1) // 2
-                    a, z = max(y0 - 1, 0), min(y0 + 2 * tyn + 1, H)
-                    padded[:, :a - (y0 - 1)] = 0.0
-                    padded[:, z - (y0 - 1):] = 0.0
-
-                    def fill(r0: int, r1: int) -> None:
-                        padded[:, r0 - (y0 - 1):r1 - (y0 - 1), 1:W + 1] = src.rows(bi, r0, r1)
-                    in_parallel(fill, a, z, C * (z - a) * W, threads)
+                    _fill_rows(src, bi, y0 - 1, padded, 1, threads)
                     v = v_flat[:16 * C * tyn * tx].reshape(16, C, tyn, tx)
                     in_parallel(lambda q0, q1: fastops.wino_input(padded, v, q0, q1), 0, C, v.size, threads)
                     m = m_flat[:16 * pp * tyn * tx].reshape(16, pp, tyn, tx)
@@ -206,6 +194,19 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, ban
                     y = y_flat[:pp * 4 * tyn * tx].reshape(pp, 2 * tyn, 2 * tx)
                     in_parallel(lambda q0, q1: fastops.wino_output(m, y, q0, q1), 0, pp, y.size, threads)
                     _store(y[:, :n, :W], out[bi, p0:p1, y0:y0 + n], None if b is None else b[p0:p1], accumulate)
+
+
+def _fill_rows(src: Source, bi: int, lo: int, padded: np.ndarray, col: int, threads: int) -> None:
+    """padded (C, rows, Wp) = input rows lo .. lo+rows of batch item bi at columns col ..
+    col+W, rows outside the image zeroed (the padding columns are the caller's)."""
+    H, W = src.shape[2], src.shape[3]
+    a, z = max(lo, 0), min(lo + padded.shape[1], H)
+    padded[:, :a - lo] = 0.0
+    padded[:, z - lo:] = 0.0
+
+    def fill(r0: int, r1: int) -> None:
+        padded[:, r0 - lo:r1 - lo, col:col + W] = src.rows(bi, r0, r1)
+    in_parallel(fill, a, z, src.shape[1] * (z - a) * W, threads)
 
 
 def _store(valid: np.ndarray, dst: np.ndarray, bias: np.ndarray | None, accumulate: bool) -> None:
@@ -237,28 +238,17 @@ class Patches:
 
     def build(self, bi: int, y0: int, y1: int) -> np.ndarray:
         src, k, s, wo = self.src, self.k, self.stride, self.wo
-        C, H, W = src.shape[1], src.shape[2], src.shape[3]
+        C, W = src.shape[1], src.shape[3]
         n = y1 - y0
         if k == 1 and s == 1:
             if isinstance(src, Dense):
                 return np.ascontiguousarray(src.rows(bi, y0, y1)).reshape(C, n * W)
             out = np.empty((C, n, W), dtype=np.float32)
-
-            def fill(a: int, z: int) -> None:
-                out[:, a - y0:z - y0] = src.rows(bi, a, z)
-            in_parallel(fill, y0, y1, C * n * W, self.threads)
+            _fill_rows(src, bi, y0, out, 0, self.threads)
             return out.reshape(C, n * W)
         pad = k // 2
-        lo = y0 * s - pad                        # first input row needed (may be padding)
-        rows = (n - 1) * s + k
-        a, z = max(lo, 0), min(lo + rows, H)
         p = self.padded
-        p[:, :a - lo] = 0.0
-        p[:, z - lo:rows] = 0.0
-
-        def fill_padded(r0: int, r1: int) -> None:
-            p[:, r0 - lo:r1 - lo, pad:pad + W] = src.rows(bi, r0, r1)
-        in_parallel(fill_padded, a, z, C * (z - a) * W, self.threads)
+        _fill_rows(src, bi, y0 * s - pad, p[:, :(n - 1) * s + k], pad, self.threads)   # from the first row needed
         buf = self.buf[:, :, :, :n] if n == self.buf.shape[3] else np.empty((C, k, k, n, wo), dtype=np.float32)
 
         def shifted_copies(c0: int, c1: int) -> None:
