@@ -246,7 +246,7 @@ def np_gelu_erf(x, out):
     return out
 
 
-def _check_geglu(p, out):
+def _check_geglu(p, out, bias):
     _arr("p", p, (_F32,))
     _arr("out", out, (_F32,), writable=True)
     if p.ndim < 1 or p.shape[-1] % 2:
@@ -256,12 +256,17 @@ def _check_geglu(p, out):
     if out.shape != want:
         raise ValueError(f"out: expected shape {want}, got {out.shape}")
     _no_overlap(out, p)
+    if bias is not None:
+        _arr("bias", bias, (_F32,))
+        if bias.shape != (2 * d,):
+            raise ValueError(f"bias: expected shape {(2 * d,)}, got {bias.shape}")
     return d
 
 
-def np_geglu(p, out):
-    """diffusers GEGLU: p (..., 2D) -> out (..., D) = p[..., :D] * gelu(p[..., D:])."""
-    d = _check_geglu(p, out)
+def np_geglu(p, out, bias=None):
+    """diffusers GEGLU: p (..., 2D) -> out (..., D) = value * gelu(gate), where
+    value = p[..., :D] + bias[:D] and gate = p[..., D:] + bias[D:] (bias optional)."""
+    d = _check_geglu(p, out, bias)
     if d == 0 or out.size == 0:
         return out
     p2 = p.reshape(-1, 2 * d)
@@ -272,8 +277,11 @@ def np_geglu(p, out):
         for i in range(0, p2.shape[0], rows):
             j = min(i + rows, p2.shape[0])
             ob = o2[i:j]
-            _np_gelu_block(p2[i:j, d:], ob, t[: j - i], u[: j - i], m[: j - i])
-            np.multiply(p2[i:j, :d], ob, out=ob)  # value * gelu(gate)
+            gate, value = p2[i:j, d:], p2[i:j, :d]
+            if bias is not None:
+                gate, value = gate + bias[d:], value + bias[:d]
+            _np_gelu_block(gate, ob, t[: j - i], u[: j - i], m[: j - i])
+            np.multiply(value, ob, out=ob)  # value * gelu(gate)
     return out
 
 
@@ -536,10 +544,13 @@ if _ckernels is not None:
             _lib.sf_gelu_erf(_p("float[]", x), _p("float[]", out), x.size)
         return out
 
-    def c_geglu(p, out):
-        d = _check_geglu(p, out)
+    def c_geglu(p, out, bias=None):
+        d = _check_geglu(p, out, bias)
         if out.size:
-            _lib.sf_geglu(_p("float[]", p), _p("float[]", out), out.size // d, d)
+            if bias is None:
+                bias = np.zeros(2 * d, np.float32)
+            _lib.sf_geglu(_p("float[]", p), _p("float[]", np.ascontiguousarray(bias)), _p("float[]", out),
+                          out.size // d, d)
         return out
 
     def c_softmax_rows(s, sums):

@@ -169,7 +169,7 @@ class StreamedModel:
         out = np.empty((x.shape[0], w2.shape[0]), dtype=np.float32)
         band = max(1, self.options.band_bytes // (4 * w1.shape[0]))
         for r0 in range(0, x.shape[0], band):
-            hidden = ops.geglu(ops.linear(x[r0:r0 + band], w1, b1))
+            hidden = ops.geglu(x[r0:r0 + band] @ w1.T, b1)
             np.matmul(hidden, w2.T, out=out[r0:r0 + band])
         return out
 
@@ -225,5 +225,4 @@ def _geglu_band(x: np.ndarray, value_rows: np.ndarray, gate_rows: np.ndarray, b1
     p = np.empty((x.shape[0], 2 * (j1 - j0)), dtype=np.float32)
     np.matmul(x, value_rows.T, out=p[:, :j1 - j0])
     np.matmul(x, gate_rows.T, out=p[:, j1 - j0:])
-    p += np.concatenate([b1[j0:j1], b1[inner + j0:inner + j1]])
-    return ops.geglu(p)
+    return ops.geglu(p, np.concatenate([b1[j0:j1], b1[inner + j0:inner + j1]]))

@@ -276,12 +276,13 @@ def silu(x: np.ndarray) -> np.ndarray:
     return silu_(x.astype(np.float32, copy=True))
 
 
-def geglu(p: np.ndarray, threads: int = 0) -> np.ndarray:
-    """diffusers GEGLU: p = [value, gate] on the last axis -> value * gelu(gate)."""
+def geglu(p: np.ndarray, bias: np.ndarray | None = None, threads: int = 0) -> np.ndarray:
+    """diffusers GEGLU: p + bias = [value, gate] on the last axis -> value * gelu(gate).
+    The projection's bias is added here rather than to p (one pass over p less)."""
     lead = p.shape[:-1]
     p2 = np.ascontiguousarray(p.reshape(-1, p.shape[-1]))
     out = np.empty((p2.shape[0], p2.shape[1] // 2), dtype=np.float32)
-    in_parallel(lambda r0, r1: fastops.geglu(p2[r0:r1], out[r0:r1]), 0, p2.shape[0], out.size, threads)
+    in_parallel(lambda r0, r1: fastops.geglu(p2[r0:r1], out[r0:r1], bias), 0, p2.shape[0], out.size, threads)
     return out.reshape(*lead, -1)
 
 

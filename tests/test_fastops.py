@@ -452,6 +452,25 @@ def test_geglu_c_vs_numpy_bits(shape):
     out_shape = shape[:-1] + (shape[-1] // 2,)
     a = fo.c_geglu(p, np.empty(out_shape, np.float32))
     assert_same_f32(a, fo.np_geglu(p, np.empty(out_shape, np.float32)), nan_sign=False)
+    bias = (rng(shape[-1]).standard_normal(shape[-1]) * 2).astype(np.float32)
+    a = fo.c_geglu(p, np.empty(out_shape, np.float32), bias)
+    assert_same_f32(a, fo.np_geglu(p, np.empty(out_shape, np.float32), bias), nan_sign=False)
+
+
+@impls("geglu")
+@pytest.mark.parametrize("shape", [(3, 6), (5, 2 * 640), (2, 9, 2 * 17)])
+def test_geglu_adds_the_projection_bias_to_value_and_gate(fn, shape):
+    p = geglu_input(shape, 5 + sum(shape))
+    bias = (rng(7).standard_normal(shape[-1]) * 2).astype(np.float32)
+    out_shape = shape[:-1] + (shape[-1] // 2,)
+    with_bias = fn(p, np.empty(out_shape, np.float32), bias)
+    assert_same_bits(with_bias, fn(p + bias, np.empty(out_shape, np.float32)))
+
+
+@impls("geglu")
+def test_geglu_bias_of_the_wrong_length_is_refused(fn):
+    with pytest.raises(ValueError, match="bias: expected shape"):
+        fn(np.zeros((2, 8), np.float32), np.empty((2, 4), np.float32), np.zeros(4, np.float32))
 
 
 # ---------------------------------------------------------------- argument checks
