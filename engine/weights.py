@@ -16,6 +16,7 @@ exists twice. A WeightsProvider decides when reads happen:
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import queue
 import threading
@@ -206,13 +207,38 @@ class TensorStore:
 
     def _read_chunked(self, info: TensorInfo, fd: int, offset: int, itemsize: int, dst: np.ndarray, convert,
                       align: int = 1) -> None:
-        """Read dst.size stored items from `offset` through a small scratch buffer, converting each piece."""
+        """Convert dst.size stored items from `offset` into dst, a piece at a time.
+
+        Each piece is converted straight from a read-only mapping of its file pages,
+        unmapped right after, so the page cache is not first copied into a buffer
+        (pread's copy was a third of the reading time); mappings that fail fall back
+        to pread. A file cut short since it was opened is reported before it is mapped:
+        touching a mapped page past the end would kill the process.
+        """
+        end = offset + dst.size * itemsize
+        if os.fstat(fd).st_size < end:
+            raise ModelFileError(f"{info.path}: file ended inside tensor '{info.name}' (it was truncated after "
+                                 "loading started?); copy it again")
         step = max(align, (CHUNK_BYTES // itemsize) // align * align)
-        scratch = np.empty(min(step, dst.size) * itemsize, dtype=np.uint8)
+        scratch = None
         for start in range(0, dst.size, step):
             n = min(step, dst.size - start)
+            at = offset + start * itemsize
+            base = at - at % mmap.ALLOCATIONGRANULARITY
+            try:
+                window = mmap.mmap(fd, at - base + n * itemsize, offset=base, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):
+                window = None
+            if window is not None:
+                raw = np.frombuffer(window, dtype=np.uint8, count=n * itemsize, offset=at - base)
+                convert(raw, dst[start:start + n], start)
+                del raw
+                window.close()
+                continue
+            if scratch is None:
+                scratch = np.empty(min(step, dst.size) * itemsize, dtype=np.uint8)
             raw = scratch[:n * itemsize]
-            pread_into(fd, memoryview(raw), offset + start * itemsize, info.path, info.name)
+            pread_into(fd, memoryview(raw), at, info.path, info.name)
             convert(raw, dst[start:start + n], start)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import pcc
+from engine import weights
+from engine.errors import ModelFileError
 from engine.quantize import quantize_folder
 from engine.sdxl import UNet
 from engine.weights import PrefetchProvider, TensorStore, WeightRows
@@ -92,6 +95,40 @@ def test_prefetch_keeps_within_its_budget_and_survives_wrong_requests(tiny_unet)
     assert np.array_equal(provider.get((names[10],))[0], store.read(names[10]))
     provider.end()
     provider.close()
+
+
+def _read_everything(folder):
+    store = TensorStore.open(folder)
+    try:
+        return {n: store.read(n) for n in store.tensors}
+    finally:
+        store.close()
+
+
+def test_weights_read_through_pread_when_files_cannot_be_mapped(tiny_unet, tmp_path, monkeypatch):
+    u8 = tmp_path / "u8"
+    quantize_folder(tiny_unet.folder, u8, log=lambda *_: None)
+    monkeypatch.setattr(weights, "CHUNK_BYTES", 4096)   # many pieces, mapped at unaligned offsets
+    mapped = {folder: _read_everything(folder) for folder in (tiny_unet.folder, u8)}
+
+    def no_mmap(*args, **kwargs):
+        raise OSError(19, "No such device")
+    monkeypatch.setattr(weights.mmap, "mmap", no_mmap)
+    for folder, tensors in mapped.items():
+        for name, t in _read_everything(folder).items():
+            assert np.array_equal(t, tensors[name]), name
+
+
+def test_a_weights_file_cut_short_after_opening_is_a_clear_error(tiny_unet, tmp_path):
+    folder = tmp_path / "unet"
+    shutil.copytree(tiny_unet.folder, folder)
+    store = TensorStore.open(folder)
+    last = max(store.tensors, key=lambda n: store._info(n).offset)
+    with open(store._info(last).path, "r+b") as f:   # e.g. the file replaced by a partial copy
+        f.truncate(store._info(last).offset + 4)
+    with pytest.raises(ModelFileError, match="truncated after loading started"):
+        store.read(last)
+    store.close()
 
 
 def test_uint8_weights_stay_close_to_the_fp32_reference(tiny_unet, tmp_path):
