@@ -174,26 +174,45 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, ban
     m_flat = np.empty(16 * piece * ty * tx, dtype=np.float32)
     y_flat = np.empty(piece * 4 * ty * tx, dtype=np.float32)
     u_flat = np.empty(16 * piece * C, dtype=np.float32)
+    bands = [(bi, y0) for bi in range(B) for y0 in range(0, H, 2 * ty)]
+
+    def transform_weights(wc: np.ndarray, p0: int, p1: int) -> np.ndarray:
+        u = u_flat[:16 * (p1 - p0) * C].reshape(16, p1 - p0, C)
+        wp = wc[p0:p1]
+        in_parallel(lambda r0, r1: fastops.wino_weights(wp, u, r0, r1), 0, p1 - p0, u.size, threads)
+        return u
+
+    def transform_band(bi: int, y0: int) -> np.ndarray:
+        tyn = (min(2 * ty, H - y0) + 1) // 2
+        _fill_rows(src, bi, y0 - 1, padded, 1, threads)
+        v = v_flat[:16 * C * tyn * tx].reshape(16, C, tyn, tx)
+        in_parallel(lambda q0, q1: fastops.wino_input(padded, v, q0, q1), 0, C, v.size, threads)
+        return v
+
+    def finish(u: np.ndarray, v: np.ndarray, bi: int, y0: int, p0: int) -> None:
+        pp, tyn, n = u.shape[1], v.shape[2], min(2 * ty, H - y0)
+        m = m_flat[:16 * pp * tyn * tx].reshape(16, pp, tyn, tx)
+        np.matmul(u, v.reshape(16, C, tyn * tx), out=m.reshape(16, pp, tyn * tx))
+        y = y_flat[:pp * 4 * tyn * tx].reshape(pp, 2 * tyn, 2 * tx)
+        in_parallel(lambda q0, q1: fastops.wino_output(m, y, q0, q1), 0, pp, y.size, threads)
+        _store(y[:, :n, :W], out[bi, p0:p0 + pp, y0:y0 + n], None if b is None else b[p0:p0 + pp], accumulate)
+
     for c0, c1, wc in row_chunks(w):
         wc = np.ascontiguousarray(wc)
-        for p0 in range(c0, c1, piece):
-            p1 = min(c1, p0 + piece)
-            pp = p1 - p0
-            wp = wc[p0 - c0:p1 - c0]
-            u = u_flat[:16 * pp * C].reshape(16, pp, C)
-            in_parallel(lambda r0, r1: fastops.wino_weights(wp, u, r0, r1), 0, pp, u.size, threads)
-            for bi in range(B):
-                for y0 in range(0, H, 2 * ty):
-                    n = min(2 * ty, H - y0)
-                    tyn = (n + 1) // 2
-                    _fill_rows(src, bi, y0 - 1, padded, 1, threads)
-                    v = v_flat[:16 * C * tyn * tx].reshape(16, C, tyn, tx)
-                    in_parallel(lambda q0, q1: fastops.wino_input(padded, v, q0, q1), 0, C, v.size, threads)
-                    m = m_flat[:16 * pp * tyn * tx].reshape(16, pp, tyn, tx)
-                    np.matmul(u, v.reshape(16, C, tyn * tx), out=m.reshape(16, pp, tyn * tx))
-                    y = y_flat[:pp * 4 * tyn * tx].reshape(pp, 2 * tyn, 2 * tx)
-                    in_parallel(lambda q0, q1: fastops.wino_output(m, y, q0, q1), 0, pp, y.size, threads)
-                    _store(y[:, :n, :W], out[bi, p0:p1, y0:y0 + n], None if b is None else b[p0:p1], accumulate)
+        pieces = [(p0, min(c1, p0 + piece)) for p0 in range(c0, c1, piece)]
+        # One of the two transforms is repeated: the weights' for every band, or the
+        # input's (with its normalisation, upsampling...) for every piece. Repeat the
+        # smaller total.
+        if (len(bands) - 1) * (c1 - c0) <= (len(pieces) - 1) * B * ((H + 1) // 2) * tx:
+            for bi, y0 in bands:
+                v = transform_band(bi, y0)
+                for p0, p1 in pieces:
+                    finish(transform_weights(wc, p0 - c0, p1 - c0), v, bi, y0, p0)
+        else:
+            for p0, p1 in pieces:
+                u = transform_weights(wc, p0 - c0, p1 - c0)
+                for bi, y0 in bands:
+                    finish(u, transform_band(bi, y0), bi, y0, p0)
 
 
 def _fill_rows(src: Source, bi: int, lo: int, padded: np.ndarray, col: int, threads: int) -> None:

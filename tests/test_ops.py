@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from diffusers.models.embeddings import get_timestep_embedding
 
 from conftest import pcc
-from engine import blas, ops
+from engine import blas, fastops, ops
 from engine.sources import Compact, Concat, Dense, Normalized, Upsampled, nearest_index
 
 rng = np.random.default_rng(1)
@@ -47,6 +47,21 @@ def test_conv2d_matches_torch_for_every_band_size(k, stride, band_bytes, h, w, c
     b = randn(24)
     got = ops.conv2d(Dense(x), wt, b, stride, band_bytes)
     close(got, F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), stride, k // 2))
+
+
+@pytest.mark.parametrize("band_bytes,weight_transforms", [(4096, 64), (6144, 6)])
+def test_winograd_repeats_whichever_transform_is_cheaper_and_stays_exact(band_bytes, weight_transforms, monkeypatch):
+    """With several bands of tiles and several pieces of output channels, either the
+    weights are transformed again for every band (8 bands x 8 pieces) or the input for
+    every piece (6 pieces, weights once each): both give the convolution."""
+    monkeypatch.setattr(ops, "WINO_MIN_TILES", 0)
+    calls = []
+    transform = fastops.wino_weights
+    monkeypatch.setattr(fastops, "wino_weights", lambda *a: calls.append(a) or transform(*a))
+    x, wt, b = randn(1, 8, 16, 16), randn(64, 8, 3, 3, scale=0.1), randn(64)
+    got = ops.conv2d(Dense(x), wt, b, 1, band_bytes, threads=1)
+    assert len(calls) == weight_transforms
+    close(got, F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), 1, 1))
 
 
 def test_conv2d_accumulates_into_out(conv_path):
