@@ -288,6 +288,7 @@ def np_geglu(p, out, bias=None):
 _EXP_P = [np.float32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
                                   1.6666665459e-1, 5.0000001201e-1)]
 _LANES = 8
+_SOFTMAX_LANES = 16
 
 
 # softmax_rows gives exactly 0 for arguments below this (see sf_exp_neg in _kernels_build.py)
@@ -325,21 +326,23 @@ def _check_softmax(s, sums):
         raise ValueError(f"softmax_rows: s must be 2-D and sums ({s.shape[0]},); got {s.shape}, {sums.shape}")
 
 
-def _lanes_sum(values, cols):
+def _lanes_sum(values, cols, width=_LANES):
     """Row sums of `values` (rows, cols), in their dtype, in the C kernels' lane order:
-    _LANES interleaved partial sums (the tail adds into the first lanes), combined pairwise."""
-    body = cols // _LANES * _LANES
-    lanes = np.zeros((values.shape[0], _LANES), dtype=values.dtype)
+    `width` interleaved partial sums (the tail adds into the first lanes), then adjacent
+    pairs added level by level."""
+    body = cols // width * width
+    lanes = np.zeros((values.shape[0], width), dtype=values.dtype)
     # numpy adds along a non-last axis one block after another, like the C loop
-    np.add.reduce(values[:, :body].reshape(values.shape[0], -1, _LANES), axis=1, out=lanes)
+    np.add.reduce(values[:, :body].reshape(values.shape[0], -1, width), axis=1, out=lanes)
     lanes[:, :cols - body] += values[:, body:]
-    return ((lanes[:, 0] + lanes[:, 1]) + (lanes[:, 2] + lanes[:, 3])) + \
-        ((lanes[:, 4] + lanes[:, 5]) + (lanes[:, 6] + lanes[:, 7]))
+    while lanes.shape[1] > 1:
+        lanes = lanes[:, 0::2] + lanes[:, 1::2]
+    return lanes[:, 0]
 
 
 def np_softmax_rows(s, sums):
     """Each row of s (rows, cols) -> exp(row - max(row)) in place (a NaN anywhere in a row
-    makes it all NaN); sums (rows,) = row sums, added in 8 interleaved lanes as the C
+    makes it all NaN); sums (rows,) = row sums, added in 16 interleaved lanes as the C
     kernel does."""
     _check_softmax(s, sums)
     rows, cols = s.shape
@@ -352,7 +355,7 @@ def np_softmax_rows(s, sums):
         with np.errstate(invalid="ignore"):   # a NaN or inf row turns to NaN, as in C
             x -= x.max(axis=1, keepdims=True)
             _np_exp_neg(x)
-        sums[i:i + step] = _lanes_sum(x, cols)
+        sums[i:i + step] = _lanes_sum(x, cols, _SOFTMAX_LANES)
     return s
 
 
