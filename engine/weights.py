@@ -32,6 +32,11 @@ from engine.safetensors import PICKLE_SUFFIXES, TensorInfo, pread_into, read_hea
 CHUNK_BYTES = 4 << 20
 READAHEAD_BYTES = 32 << 20
 """NoCacheProvider: stored bytes of upcoming ops the kernel is asked to read ahead."""
+WILLNEED_PIECE = 128 << 10
+"""Linux reads at most max(read_ahead_kb, the device's largest I/O) of one WILLNEED hint
+and silently drops the rest: 128 KB is the default read_ahead_kb (an SD card's too), so
+hints are given in pieces no larger (measured here, 8 MB limit: one 1 GiB hint cached
+8 MB; in 128 KB pieces 256 MB arrive at 1.4 GB/s, against 0.49 GB/s for plain reads)."""
 Q_SCALE = ".q_scale"
 Q_ZERO = ".q_zero"
 
@@ -123,7 +128,10 @@ class TensorStore:
         for n in (name, name + Q_SCALE, name + Q_ZERO):
             if n in self.tensors:
                 info = self._info(n)
-                os.posix_fadvise(self._fd(info.path), info.offset, info.nbytes, os.POSIX_FADV_WILLNEED)
+                fd = self._fd(info.path)
+                for at in range(info.offset, info.offset + info.nbytes, WILLNEED_PIECE):
+                    os.posix_fadvise(fd, at, min(WILLNEED_PIECE, info.offset + info.nbytes - at),
+                                     os.POSIX_FADV_WILLNEED)
 
     def is_quantized(self, name: str) -> bool:
         return name + Q_SCALE in self.tensors
