@@ -30,13 +30,14 @@ class StreamedModel:
     def __init__(self, store: TensorStore, options: Options):
         self.store = store
         self.options = options
-        self.provider = make_provider(store, options.weights, options.prefetch_bytes, options.weight_chunk_bytes)
+        self.threads = options.threads or os.cpu_count() or 1
+        self.provider = make_provider(store, options.weights, options.prefetch_bytes, options.weight_chunk_bytes,
+                                      self.threads)
         self.trace = OpTrace(options.ops_printf)
         if options.keep_freed_memory:
             memory.keep_freed_memory()
         elif options.mmap_threshold:
             memory.return_freed_arrays(options.mmap_threshold)
-        self.threads = options.threads or os.cpu_count() or 1
         self._recording: list[Group] | None = None
         self.cancel: threading.Event | None = None
         """When set, the next op raises Cancelled: a long evaluation stops within one op."""
@@ -167,10 +168,14 @@ class StreamedModel:
     def _ff_in_token_bands(self, x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray) -> np.ndarray:
         """geglu(x @ w1.T + b1) @ w2.T, a band of tokens at a time."""
         out = np.empty((x.shape[0], w2.shape[0]), dtype=np.float32)
-        band = max(1, self.options.band_bytes // (4 * w1.shape[0]))
+        band = min(x.shape[0], max(1, self.options.band_bytes // (4 * w1.shape[0])))
+        projected = np.empty((band, w1.shape[0]), dtype=np.float32)        # reused by every band
+        hidden = np.empty((band, w1.shape[0] // 2), dtype=np.float32)
         for r0 in range(0, x.shape[0], band):
-            hidden = ops.geglu(x[r0:r0 + band] @ w1.T, b1)
-            np.matmul(hidden, w2.T, out=out[r0:r0 + band])
+            n = min(band, x.shape[0] - r0)
+            np.matmul(x[r0:r0 + n], w1.T, out=projected[:n])
+            ops.geglu(projected[:n], b1, self.threads, hidden[:n])
+            np.matmul(hidden[:n], w2.T, out=out[r0:r0 + n])
         return out
 
     def _ff_in_hidden_bands(self, x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray) -> np.ndarray:
@@ -181,13 +186,14 @@ class StreamedModel:
         inner = w1.shape[0] // 2
         step = max(1, min(inner, self.options.band_bytes // (8 * x.shape[0])))
         out = np.empty((x.shape[0], w2.shape[0]), dtype=np.float32)
+        scratch = GegluScratch(x.shape[0], step)
+        part = np.empty_like(out) if step < inner else out
         for j0 in range(0, inner, step):
             j1 = min(inner, j0 + step)
-            hidden = _geglu_band(x, w1[j0:j1], w1[inner + j0:inner + j1], b1, inner, j0, j1)
-            if j0 == 0:
-                np.matmul(hidden, w2[:, j0:j1].T, out=out)
-            else:
-                out += hidden @ w2[:, j0:j1].T
+            hidden = _geglu_band(x, w1[j0:j1], w1[inner + j0:inner + j1], b1, inner, j0, j1, scratch)
+            np.matmul(hidden, w2[:, j0:j1].T, out=out if j0 == 0 else part)
+            if j0:
+                out += part
         return out
 
     @staticmethod
@@ -195,11 +201,14 @@ class StreamedModel:
         """value * gelu(gate) for all tokens, reading the projection's value and gate rows
         in matching bands so its fp32 weight is never whole."""
         inner = w1.shape[0] // 2
-        step = max(1, w1.rows_per_chunk // 2)
+        step = max(1, min(inner, w1.rows_per_chunk // 2))
         hidden = np.empty((x.shape[0], inner), dtype=np.float32)
+        value, gate = w1.buffer(step), w1.buffer(step)
+        scratch = GegluScratch(x.shape[0], step)
         for j0 in range(0, inner, step):
             j1 = min(inner, j0 + step)
-            hidden[:, j0:j1] = _geglu_band(x, w1.rows(j0, j1), w1.rows(inner + j0, inner + j1), b1, inner, j0, j1)
+            hidden[:, j0:j1] = _geglu_band(x, w1.rows(j0, j1, value[:j1 - j0]),
+                                           w1.rows(inner + j0, inner + j1, gate[:j1 - j0]), b1, inner, j0, j1, scratch)
         return hidden
 
     def attention(self, name: str, q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int) -> np.ndarray:
@@ -218,11 +227,22 @@ class StreamedModel:
         return out
 
 
+class GegluScratch:
+    """The buffers of one band of _geglu_band, reused band after band."""
+
+    def __init__(self, tokens: int, units: int):
+        self.projected = np.empty(tokens * 2 * units, dtype=np.float32)
+        self.hidden = np.empty(tokens * units, dtype=np.float32)
+
+
 def _geglu_band(x: np.ndarray, value_rows: np.ndarray, gate_rows: np.ndarray, b1: np.ndarray, inner: int,
-                j0: int, j1: int) -> np.ndarray:
+                j0: int, j1: int, scratch: GegluScratch) -> np.ndarray:
     """value * gelu(gate) for hidden units j0:j1 of a GEGLU projection (value rows first,
-    then gate rows, `inner` of each), given those units' rows of its weight."""
-    p = np.empty((x.shape[0], 2 * (j1 - j0)), dtype=np.float32)
-    np.matmul(x, value_rows.T, out=p[:, :j1 - j0])
-    np.matmul(x, gate_rows.T, out=p[:, j1 - j0:])
-    return ops.geglu(p, np.concatenate([b1[j0:j1], b1[inner + j0:inner + j1]]))
+    then gate rows, `inner` of each), given those units' rows of its weight; the result
+    lives in scratch until the next band."""
+    n, units = x.shape[0], j1 - j0
+    p = scratch.projected[:n * 2 * units].reshape(n, 2 * units)
+    np.matmul(x, value_rows.T, out=p[:, :units])
+    np.matmul(x, gate_rows.T, out=p[:, units:])
+    hidden = scratch.hidden[:n * units].reshape(n, units)
+    return ops.geglu(p, np.concatenate([b1[j0:j1], b1[inner + j0:inner + j1]]), out=hidden)

@@ -7,13 +7,11 @@ the checkpoint (linear (out, in), conv (out, in, kh, kw)).
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import numpy as np
 
 from engine import blas, fastops
+from engine.parallel import in_parallel, worker_pool
 from engine.sources import Dense, Source, silu_
 from engine.weights import Weight, row_chunks
 
@@ -224,7 +222,7 @@ def _fill_rows(src: Source, bi: int, lo: int, padded: np.ndarray, col: int, thre
     padded[:, z - lo:] = 0.0
 
     def fill(r0: int, r1: int) -> None:
-        padded[:, r0 - lo:r1 - lo, col:col + W] = src.rows(bi, r0, r1)
+        src.fill(bi, r0, r1, padded[:, r0 - lo:r1 - lo, col:col + W])
     in_parallel(fill, a, z, src.shape[1] * (z - a) * W, threads)
 
 
@@ -254,6 +252,8 @@ class Patches:
         if k > 1 or stride > 1:
             self.padded = np.zeros((C, (band - 1) * stride + k, W + 2 * (k // 2)), dtype=np.float32)
             self.buf = np.empty((C, k, k, band, wo), dtype=np.float32)
+        elif not isinstance(src, Dense):
+            self.buf = np.empty(C * band * W, dtype=np.float32)   # the band's (C, rows, W)
 
     def build(self, bi: int, y0: int, y1: int) -> np.ndarray:
         src, k, s, wo = self.src, self.k, self.stride, self.wo
@@ -262,7 +262,7 @@ class Patches:
         if k == 1 and s == 1:
             if isinstance(src, Dense):
                 return np.ascontiguousarray(src.rows(bi, y0, y1)).reshape(C, n * W)
-            out = np.empty((C, n, W), dtype=np.float32)
+            out = self.buf[:C * n * W].reshape(C, n, W)
             _fill_rows(src, bi, y0, out, 0, self.threads)
             return out.reshape(C, n * W)
         pad = k // 2
@@ -295,12 +295,15 @@ def silu(x: np.ndarray) -> np.ndarray:
     return silu_(x.astype(np.float32, copy=True))
 
 
-def geglu(p: np.ndarray, bias: np.ndarray | None = None, threads: int = 0) -> np.ndarray:
-    """diffusers GEGLU: p + bias = [value, gate] on the last axis -> value * gelu(gate).
-    The projection's bias is added here rather than to p (one pass over p less)."""
+def geglu(p: np.ndarray, bias: np.ndarray | None = None, threads: int = 0,
+          out: np.ndarray | None = None) -> np.ndarray:
+    """diffusers GEGLU: p + bias = [value, gate] on the last axis -> value * gelu(gate),
+    into `out` (C-contiguous (N, half)) if given. The projection's bias is added here
+    rather than to p (one pass over p less)."""
     lead = p.shape[:-1]
     p2 = np.ascontiguousarray(p.reshape(-1, p.shape[-1]))
-    out = np.empty((p2.shape[0], p2.shape[1] // 2), dtype=np.float32)
+    if out is None:
+        out = np.empty((p2.shape[0], p2.shape[1] // 2), dtype=np.float32)
     in_parallel(lambda r0, r1: fastops.geglu(p2[r0:r1], out[r0:r1], bias), 0, p2.shape[0], out.size, threads)
     return out.reshape(*lead, -1)
 
@@ -336,7 +339,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, slices: i
         _attention_heads(q, k, v, out, range(heads), d, band)
         return out
     with blas.single_threaded():
-        jobs = [_pool(threads).submit(_attention_heads, q, k, v, out, range(i, heads, threads), d, band)
+        jobs = [worker_pool(threads).submit(_attention_heads, q, k, v, out, range(i, heads, threads), d, band)
                 for i in range(threads)]
         for job in jobs:
             job.result()
@@ -362,41 +365,6 @@ def _attention_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarra
             o /= sums[:r1 - r0, None]
 
 
-# Below this many elements an elementwise op runs on the calling thread: a thread
-# hand-off costs ~50 us, about what one core needs for this much copying.
-PARALLEL_MIN_ELEMENTS = 1 << 17
-
-
-def in_parallel(part: Callable[[int, int], None], start: int, stop: int, elements: int, threads: int = 0) -> None:
-    """Run part(a, b) over disjoint ranges covering start:stop, on up to `threads` workers
-    (0: one per core). For ops whose results do not depend on the split (elementwise,
-    per-row), so any thread count gives the same bits; numpy and our C kernels release
-    the GIL, so the ranges really run at once."""
-    n = stop - start
-    threads = min(threads or cores(), n, max(1, elements // PARALLEL_MIN_ELEMENTS))
-    if threads <= 1:
-        if n > 0:
-            part(start, stop)
-        return
-    bounds = [start + n * i // threads for i in range(threads + 1)]
-    jobs = [_pool(threads).submit(part, bounds[i], bounds[i + 1]) for i in range(1, threads)]
-    part(bounds[0], bounds[1])
-    for job in jobs:
-        job.result()
-
-
-def cores() -> int:
-    """CPU cores this process may run on."""
-    return len(os.sched_getaffinity(0)) or 1
-
-
-_pools: dict[int, ThreadPoolExecutor] = {}
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    if threads not in _pools:
-        _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="engine")
-    return _pools[threads]
 
 
 def timestep_embedding(t: np.ndarray, dim: int, flip_sin_to_cos: bool = True, shift: float = 0.0,

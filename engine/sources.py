@@ -19,18 +19,29 @@ PERCENTILE_SAMPLES = 1 << 20
 class Source:
     shape: tuple[int, int, int, int]
 
+    def fill(self, b: int, y0: int, y1: int, out: np.ndarray) -> None:
+        """Write rows y0:y1 of batch item b into out, a float32 (C, y1-y0, W) array or view
+        (a padded buffer's interior, say): no band-sized temporaries on the way, since on
+        a Pi each would be fresh pages the kernel must fault in and zero."""
+        raise NotImplementedError
+
     def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
         """Rows y0:y1 of batch item b as float32 (C, y1-y0, W); treat as read-only."""
-        raise NotImplementedError
+        return self.band(b, y0, y1, np.empty((self.shape[1], y1 - y0, self.shape[3]), dtype=np.float32))
+
+    def band(self, b: int, y0: int, y1: int, scratch: np.ndarray) -> np.ndarray:
+        """Rows y0:y1 of batch item b, written into the front of scratch (C, >= y1-y0, W)
+        unless they already exist as an array; treat as read-only."""
+        out = scratch[:, :y1 - y0]
+        self.fill(b, y0, y1, out)
+        return out
 
     def dense(self) -> np.ndarray:
         """The whole image as a new (or shared, read-only) float32 array."""
         B, C, H, W = self.shape
         out = np.empty(self.shape, dtype=np.float32)
-        step = max(1, (4 << 20) // (4 * C * W))
         for b in range(B):
-            for y0 in range(0, H, step):
-                out[b, :, y0:y0 + step] = self.rows(b, y0, min(H, y0 + step))
+            self.fill(b, 0, H, out[b])
         return out
 
 
@@ -41,7 +52,13 @@ class Dense(Source):
         self.x = x
         self.shape = x.shape
 
+    def fill(self, b: int, y0: int, y1: int, out: np.ndarray) -> None:
+        np.copyto(out, self.x[b, :, y0:y1])
+
     def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
+        return self.x[b, :, y0:y1]
+
+    def band(self, b: int, y0: int, y1: int, scratch: np.ndarray) -> np.ndarray:
         return self.x[b, :, y0:y1]
 
     def dense(self) -> np.ndarray:
@@ -79,14 +96,14 @@ class Compact(Source):
     def nbytes(self) -> int:
         return self.data.nbytes
 
-    def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
-        raw = self.data[b, y0:y1]
-        out = np.empty(raw.shape, dtype=np.float32)
-        if self.dtype == "fp16":
-            fastops.f16_to_f32(raw, out)
-        else:
-            fastops.dequant_u8(raw, self.scale, self.zero, out)
-        return out.transpose(1, 0, 2)
+    def fill(self, b: int, y0: int, y1: int, out: np.ndarray) -> None:
+        row = np.empty(self.data.shape[2:], dtype=np.float32)     # one (C, W) row: cache-sized
+        for i, raw in enumerate(self.data[b, y0:y1]):
+            if self.dtype == "fp16":
+                fastops.f16_to_f32(raw, row)
+            else:
+                fastops.dequant_u8(raw, self.scale, self.zero, row)
+            out[:, i] = row
 
 
 def uint8_range(x: np.ndarray) -> tuple[float, float]:
@@ -113,8 +130,11 @@ class Concat(Source):
         self.parts = parts
         self.shape = (B, sum(p.shape[1] for p in parts), H, W)
 
-    def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
-        return np.concatenate([p.rows(b, y0, y1) for p in self.parts], axis=0)
+    def fill(self, b: int, y0: int, y1: int, out: np.ndarray) -> None:
+        c = 0
+        for p in self.parts:
+            p.fill(b, y0, y1, out[c:c + p.shape[1]])
+            c += p.shape[1]
 
 
 class Upsampled(Source):
@@ -127,11 +147,12 @@ class Upsampled(Source):
         self.ymap = nearest_index(h, size[0])
         self.xmap = nearest_index(w, size[1])
 
-    def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
+    def fill(self, b: int, y0: int, y1: int, out: np.ndarray) -> None:
         ys = self.ymap[y0:y1]
         base = int(ys[0])
         block = self.src.rows(b, base, int(ys[-1]) + 1)
-        return block[:, ys - base][:, :, self.xmap]
+        for i, y in enumerate(ys):
+            np.take(block[:, y - base], self.xmap, axis=1, out=out[:, i], mode="clip")
 
 
 def nearest_index(n_in: int, n_out: int) -> np.ndarray:
@@ -157,19 +178,35 @@ class Normalized(Source):
         self.scale = (rstd * gamma[None, :]).astype(np.float32)         # (B, C)
         self.shift = (beta[None, :] - mean * self.scale).astype(np.float32)
 
-    def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
-        x = self.src.rows(b, y0, y1)
-        y = x * self.scale[b, :, None, None]
-        y += self.shift[b, :, None, None]
-        return silu_(y) if self.silu else y
+    def fill(self, b: int, y0: int, y1: int, out: np.ndarray) -> None:
+        self.src.fill(b, y0, y1, out)
+        scale, shift = self.scale[b, :, None, None], self.shift[b, :, None, None]
+        for c0, c1 in _channel_blocks(out):
+            part = out[c0:c1]
+            part *= scale[c0:c1]
+            part += shift[c0:c1]
+            if self.silu:
+                silu_(part)
+
+
+# Elementwise passes over a band go a few channels at a time: their temporaries stay
+# this small (cache-resident, and never fresh pages).
+BLOCK_ELEMENTS = 1 << 16
+
+
+def _channel_blocks(x: np.ndarray) -> list[tuple[int, int]]:
+    step = max(1, BLOCK_ELEMENTS // max(1, x[0].size))
+    return [(c0, min(x.shape[0], c0 + step)) for c0 in range(0, x.shape[0], step)]
 
 
 def silu_(x: np.ndarray) -> np.ndarray:
     """x * sigmoid(x), in place."""
-    t = np.negative(x)
-    np.exp(t, out=t)
-    t += 1.0
-    np.divide(x, t, out=x)
+    for c0, c1 in _channel_blocks(x):
+        part = x[c0:c1]
+        t = np.negative(part)
+        np.exp(t, out=t)
+        t += 1.0
+        np.divide(part, t, out=part)
     return x
 
 
@@ -177,18 +214,20 @@ def group_stats(src: Source, groups: int, eps: float) -> tuple[np.ndarray, np.nd
     """Per (batch, group) mean and 1/sqrt(var + eps), from per-channel band statistics
     merged with Chan's parallel formula (stable where mean >> std)."""
     B, C, H, W = src.shape
-    step = max(1, (4 << 20) // (4 * C * W))
+    step = min(H, max(1, (4 << 20) // (4 * C * W)))
     mean = np.empty((B, groups))
     rstd = np.empty((B, groups))
+    scratch = np.empty((C, step, W), dtype=np.float32)
+    centred = np.empty((C, step, W), dtype=np.float32)
     for b in range(B):
         n = 0
         m = np.zeros(C)
         m2 = np.zeros(C)
         for y0 in range(0, H, step):
-            x = src.rows(b, y0, min(H, y0 + step))
+            x = src.band(b, y0, min(H, y0 + step), scratch)
             k = x.shape[1] * W
             bm = x.mean(axis=(1, 2), dtype=np.float64)
-            d = x - bm[:, None, None].astype(np.float32)
+            d = np.subtract(x, bm[:, None, None].astype(np.float32), out=centred[:, :x.shape[1]])
             bm2 = np.einsum("cij,cij->c", d, d, dtype=np.float64)
             delta = bm - m
             m2 += bm2 + delta * delta * (n * k / (n + k))

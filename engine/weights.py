@@ -27,6 +27,7 @@ import numpy as np
 
 from engine import fastops
 from engine.errors import ModelFileError
+from engine.parallel import in_parallel
 from engine.safetensors import PICKLE_SUFFIXES, TensorInfo, pread_into, read_header
 
 CHUNK_BYTES = 4 << 20
@@ -99,6 +100,9 @@ class TensorStore:
                 self.tensors[name] = info
         self._fds: dict[Path, int] = {}
         self._fd_lock = threading.Lock()
+        self.convert_threads = 1
+        """Threads converting each read to fp32: more where the reads are on the compute's
+        own path (nocache), one where a background thread reads while the cores compute."""
         self.patch: Callable[[str, np.ndarray, int], None] | None = None
         """patch(name, rows, r0) changes every fp32 read in place (run-time LoRA, engine/convert/lora.py)."""
 
@@ -182,12 +186,14 @@ class TensorStore:
         return self.read_rows(name, 0, info.shape[0]).reshape(info.shape) if info.shape else \
             self.read_rows(name, 0, 1).reshape(())
 
-    def read_rows(self, name: str, r0: int, r1: int) -> np.ndarray:
-        """Rows r0:r1 (along the first axis, e.g. output channels) as a new fp32 array."""
+    def read_rows(self, name: str, r0: int, r1: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows r0:r1 (along the first axis, e.g. output channels) as fp32: into `out`
+        (C-contiguous float32 of that shape) or a new array."""
         info = self._info(name)
         shape = info.shape or (1,)
         row = info.numel // shape[0] if shape[0] else 0
-        out = np.empty((r1 - r0,) + shape[1:], dtype=np.float32)
+        if out is None:
+            out = np.empty((r1 - r0,) + shape[1:], dtype=np.float32)
         flat = out.reshape(-1)
         fd = self._fd(info.path)
         item = {"F32": 4, "F16": 2, "BF16": 2, "U8": 1}.get(info.dtype)
@@ -239,7 +245,7 @@ class TensorStore:
                 window = None
             if window is not None:
                 raw = np.frombuffer(window, dtype=np.uint8, count=n * itemsize, offset=at - base)
-                convert(raw, dst[start:start + n], start)
+                self._convert(convert, raw, dst, start, n, itemsize, align)
                 del raw
                 window.close()
                 continue
@@ -247,7 +253,16 @@ class TensorStore:
                 scratch = np.empty(min(step, dst.size) * itemsize, dtype=np.uint8)
             raw = scratch[:n * itemsize]
             pread_into(fd, memoryview(raw), at, info.path, info.name)
-            convert(raw, dst[start:start + n], start)
+            self._convert(convert, raw, dst, start, n, itemsize, align)
+
+    def _convert(self, convert, raw: np.ndarray, dst: np.ndarray, start: int, n: int, itemsize: int,
+                 align: int) -> None:
+        """convert(raw, dst[start:start + n], start), split over convert_threads in
+        pieces of whole `align` items."""
+        def part(b0: int, b1: int) -> None:
+            i0, i1 = b0 * align, min(n, b1 * align)
+            convert(raw[i0 * itemsize:i1 * itemsize], dst[start + i0:start + i1], start + i0)
+        in_parallel(part, 0, -(-n // align), n, self.convert_threads)
 
 
 Group = tuple[str, ...]
@@ -264,21 +279,28 @@ class WeightRows:
         row_bytes = 4 * int(np.prod(self.shape[1:]))
         self.rows_per_chunk = max(1, max_bytes // row_bytes)
 
-    def rows(self, r0: int, r1: int) -> np.ndarray:
-        return self.store.read_rows(self.name, r0, r1)
+    def buffer(self, rows: int) -> np.ndarray:
+        """A float32 array for `rows` rows of this weight (to read band after band into)."""
+        return np.empty((rows,) + self.shape[1:], dtype=np.float32)
+
+    def rows(self, r0: int, r1: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows r0:r1 as fp32, into `out` (C-contiguous, that shape) if given."""
+        return self.store.read_rows(self.name, r0, r1, self.buffer(r1 - r0) if out is None else out)
 
 
 Weight = np.ndarray | WeightRows
 
 
 def row_chunks(w: Weight):
-    """(r0, r1, rows as fp32) covering a weight: one piece for an array, bands for WeightRows."""
+    """(r0, r1, rows as fp32) covering a weight: one piece for an array, bands for
+    WeightRows. The bands share one buffer: use each within its loop iteration."""
     if isinstance(w, np.ndarray):
         yield 0, w.shape[0], w
         return
+    buf = w.buffer(min(w.shape[0], w.rows_per_chunk))
     for r0 in range(0, w.shape[0], w.rows_per_chunk):
         r1 = min(w.shape[0], r0 + w.rows_per_chunk)
-        yield r0, r1, w.rows(r0, r1)
+        yield r0, r1, w.rows(r0, r1, buf[:r1 - r0])
 
 
 class WeightsProvider:
@@ -493,8 +515,11 @@ def _yield_to_compute() -> None:
         pass
 
 
-def make_provider(store: TensorStore, kind: str, prefetch_bytes: int, chunk_bytes: int = 0) -> WeightsProvider:
+def make_provider(store: TensorStore, kind: str, prefetch_bytes: int, chunk_bytes: int = 0,
+                  threads: int = 1) -> WeightsProvider:
+    """The provider named `kind`; `threads`: the cores the model computes on."""
     if kind == "nocache":
+        store.convert_threads = threads   # the model waits for every read: convert on all its cores
         return NoCacheProvider(store, chunk_bytes)
     if kind == "ram":
         return RamProvider(store)

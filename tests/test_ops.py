@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from diffusers.models.embeddings import get_timestep_embedding
 
 from conftest import pcc
-from engine import blas, fastops, ops
+from engine import blas, fastops, ops, parallel
 from engine.sources import Compact, Concat, Dense, Normalized, Upsampled, nearest_index
 
 rng = np.random.default_rng(1)
@@ -193,7 +193,7 @@ def test_attention_bands_hold_at_least_min_score_bytes(monkeypatch):
 
 @pytest.mark.parametrize("threads", [2, 3, 7])
 def test_elementwise_ops_split_over_threads_give_the_same_bits_as_one_thread(threads, monkeypatch, conv_path):
-    monkeypatch.setattr(ops, "PARALLEL_MIN_ELEMENTS", 64)   # split even these small arrays
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_ELEMENTS", 64)   # split even these small arrays
     x = randn(2, 12, 9, 11)
     src = Normalized(Concat(Dense(x[:, :8]), Compact(x[:, 8:], "fp16")), randn(12), randn(12), 4, 1e-5, True)
     wt = randn(10, 12, 3, 3, scale=0.1)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import pcc
-from engine import weights
+from engine import parallel, weights
 from engine.errors import ModelFileError
 from engine.quantize import quantize_folder
 from engine.sdxl import UNet
@@ -173,7 +173,7 @@ def test_quantize_cli_reports_and_refuses_an_existing_destination(tiny_unet, tmp
     assert "already exists" in again.stderr and "Traceback" not in again.stderr
 
 
-def test_ops_printf_prints_each_op_with_bytes_time_and_rss(tiny_unet):
+def test_ops_printf_prints_each_op_with_bytes_time_rss_and_page_faults(tiny_unet):
     with UNet.load(tiny_unet.folder, ops_printf=True) as unet:
         unet.trace.stream = io.StringIO()
         unet(*tiny_unet.inputs(batch=1, tokens=77))
@@ -182,6 +182,7 @@ def test_ops_printf_prints_each_op_with_bytes_time_and_rss(tiny_unet):
     op_lines = [ln for ln in lines if ln.startswith("#")]
     assert len(op_lines) >= n_ops
     assert any("conv_in" in ln and "MB" in ln and "rss" in ln for ln in op_lines)
+    assert all(int(ln.split("faults")[1]) >= 0 for ln in op_lines)
     assert any(ln.startswith("peak rss") for ln in lines)
 
 
@@ -196,6 +197,19 @@ def test_banded_weights_give_the_same_result_as_whole_weights(tiny_unet, tmp_pat
         got = banded(*inputs)
     assert pcc(got, expected) >= 0.999999
     assert np.allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_reads_converted_on_several_threads_give_the_same_bits(tiny_unet, tmp_path, monkeypatch):
+    quantize_folder(tiny_unet.folder, tmp_path / "u8", log=lambda *_: None)
+    expected = {folder: _read_everything(folder) for folder in (tiny_unet.folder, tmp_path / "u8")}
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_ELEMENTS", 16)      # split even tiny tensors
+    monkeypatch.setattr(weights, "CHUNK_BYTES", 4096)               # and in many windows
+    for folder, tensors in expected.items():
+        store = TensorStore.open(folder)
+        store.convert_threads = 3
+        for name, t in tensors.items():
+            assert np.array_equal(store.read(name), t), name
+        store.close()
 
 
 def test_read_rows_equals_slicing_the_whole_tensor(tiny_unet, tmp_path):

@@ -1,0 +1,44 @@
+"""Splitting elementwise and per-row work over the cores."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+# Below this many elements an elementwise op runs on the calling thread: a thread
+# hand-off costs ~50 us, about what one core needs for this much copying.
+PARALLEL_MIN_ELEMENTS = 1 << 17
+
+
+def in_parallel(part: Callable[[int, int], None], start: int, stop: int, elements: int, threads: int = 0) -> None:
+    """Run part(a, b) over disjoint ranges covering start:stop, on up to `threads` workers
+    (0: one per core). For ops whose results do not depend on the split (elementwise,
+    per-row), so any thread count gives the same bits; numpy and our C kernels release
+    the GIL, so the ranges really run at once."""
+    n = stop - start
+    threads = min(threads or cores(), n, max(1, elements // PARALLEL_MIN_ELEMENTS))
+    if threads <= 1:
+        if n > 0:
+            part(start, stop)
+        return
+    bounds = [start + n * i // threads for i in range(threads + 1)]
+    jobs = [worker_pool(threads).submit(part, bounds[i], bounds[i + 1]) for i in range(1, threads)]
+    part(bounds[0], bounds[1])
+    for job in jobs:
+        job.result()
+
+
+def cores() -> int:
+    """CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) or 1
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def worker_pool(threads: int) -> ThreadPoolExecutor:
+    """The process's pool of `threads` workers (made on first use)."""
+    if threads not in _pools:
+        _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="engine")
+    return _pools[threads]
