@@ -169,6 +169,7 @@ class StreamedModel:
         """geglu(x @ w1.T + b1) @ w2.T, a band of tokens at a time."""
         out = np.empty((x.shape[0], w2.shape[0]), dtype=np.float32)
         band = min(x.shape[0], max(1, self.options.band_bytes // (4 * w1.shape[0])))
+        band = -(-x.shape[0] // -(-x.shape[0] // band))             # equal bands
         projected = np.empty((band, w1.shape[0]), dtype=np.float32)        # reused by every band
         hidden = np.empty((band, w1.shape[0] // 2), dtype=np.float32)
         for r0 in range(0, x.shape[0], band):
@@ -185,6 +186,7 @@ class StreamedModel:
         191 ms vs 290 in bands of tokens)."""
         inner = w1.shape[0] // 2
         step = max(1, min(inner, self.options.band_bytes // (8 * x.shape[0])))
+        step = -(-inner // -(-inner // step))                       # equal bands
         out = np.empty((x.shape[0], w2.shape[0]), dtype=np.float32)
         scratch = GegluScratch(x.shape[0], step)
         part = np.empty_like(out) if step < inner else out
@@ -202,6 +204,7 @@ class StreamedModel:
         in matching bands so its fp32 weight is never whole."""
         inner = w1.shape[0] // 2
         step = max(1, min(inner, w1.rows_per_chunk // 2))
+        step = -(-inner // -(-inner // step))                       # equal bands
         hidden = np.empty((x.shape[0], inner), dtype=np.float32)
         value, gate = w1.buffer(step), w1.buffer(step)
         scratch = GegluScratch(x.shape[0], step)
