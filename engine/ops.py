@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from engine import blas, fastops
-from engine.parallel import in_parallel, worker_pool
+from engine.parallel import equal_step, in_parallel, worker_pool
 from engine.sources import Dense, Source, silu_
 from engine.weights import Weight, row_chunks
 
@@ -102,7 +102,7 @@ def _conv3x3_shifted(src: Source, w: Weight, b: np.ndarray | None, band_bytes: i
     Wp = W + 2
     budget = min(band_bytes, SHIFTED_BAND_BYTES)
     band = max(1, min(H, budget // (4 * C * Wp) - 2))
-    band = math.ceil(H / math.ceil(H / band))                  # equal bands
+    band = equal_step(H, band)
     rows = band + 2
     flat = np.empty(C * rows * Wp + 2, dtype=np.float32)       # +2: the last taps read past the end
     flat[-2:] = 0.0
@@ -146,7 +146,7 @@ def _winograd_band(C: int, H: int, W: int, band_bytes: int) -> int:
     across) fits band_bytes, and the bands are of equal size."""
     tx, ty_all = (W + 1) // 2, (H + 1) // 2
     ty = max(1, min(ty_all, band_bytes // (64 * C * tx)))
-    return math.ceil(ty_all / math.ceil(ty_all / ty))
+    return equal_step(ty_all, ty)
 
 
 def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, band_bytes: int, out: np.ndarray,
@@ -363,8 +363,6 @@ def _attention_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarra
             o = out[r0:r1, cols]
             np.matmul(s, vh, out=o)
             o /= sums[:r1 - r0, None]
-
-
 
 
 def timestep_embedding(t: np.ndarray, dim: int, flip_sin_to_cos: bool = True, shift: float = 0.0,

@@ -1,4 +1,4 @@
-"""Splitting elementwise and per-row work over the cores."""
+"""Splitting work: into equal bands, and over the cores."""
 
 from __future__ import annotations
 
@@ -27,6 +27,12 @@ def in_parallel(part: Callable[[int, int], None], start: int, stop: int, element
     part(bounds[0], bounds[1])
     for job in jobs:
         job.result()
+
+
+def equal_step(total: int, most: int) -> int:
+    """The step that cuts `total` into as few equal bands as bands of at most `most`
+    allow: no short last band (a thin GEMM, or a small last transform, runs slowly)."""
+    return -(-total // -(-total // max(1, most)))
 
 
 def cores() -> int:

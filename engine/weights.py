@@ -27,7 +27,7 @@ import numpy as np
 
 from engine import fastops
 from engine.errors import ModelFileError
-from engine.parallel import in_parallel
+from engine.parallel import equal_step, in_parallel
 from engine.safetensors import PICKLE_SUFFIXES, TensorInfo, pread_into, read_header
 
 CHUNK_BYTES = 4 << 20
@@ -277,10 +277,9 @@ class WeightRows:
         self.name = name
         self.shape = store.shape(name)
         row_bytes = 4 * int(np.prod(self.shape[1:]))
-        most = max(1, max_bytes // row_bytes)
         # chunks of equal size: a short last one makes a thin, slow GEMM (measured on
         # SDXL's 10240-row GEGLU weight: 81.7 ms in chunks of 1638 rows, 70.5 in 1280)
-        self.rows_per_chunk = -(-self.shape[0] // -(-self.shape[0] // most))
+        self.rows_per_chunk = equal_step(self.shape[0], max_bytes // row_bytes)
 
     def buffer(self, rows: int) -> np.ndarray:
         """A float32 array for `rows` rows of this weight (to read band after band into)."""
