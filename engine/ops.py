@@ -52,9 +52,9 @@ def conv2d(src: Source, w: Weight, b: np.ndarray | None, stride: int = 1,
     if out is None:
         out = np.empty((B, co, Ho, Wo), dtype=np.float32)
     if k == 3 and stride == 1:
-        tile_rows = _winograd_band(C, H, W, band_bytes)
+        tile_rows, block = _winograd_plan(C, H, W, band_bytes)
         if tile_rows * ((W + 1) // 2) >= WINO_MIN_TILES:
-            _conv3x3_winograd(src, w, b, tile_rows, band_bytes, out, accumulate, threads)
+            _conv3x3_winograd(src, w, b, tile_rows, block, band_bytes, out, accumulate, threads)
             return out
     if k == 3 and stride == 1 and blas.HAS_GEMM:
         _conv3x3_shifted(src, w, b, band_bytes, out, accumulate, threads)
@@ -139,26 +139,42 @@ def _conv3x3_shifted(src: Source, w: Weight, b: np.ndarray | None, band_bytes: i
 # than this they run too far below full speed to beat the direct convolution's 2.25x
 # more multiplies, and the nine shifted GEMMs (rows x W columns each) take over.
 WINO_MIN_TILES = 64
+# Where band_bytes cannot hold the transform of this many tiles for all input channels
+# but can hold their padded input rows, a band is transformed a block of channels at a
+# time, each block's GEMMs adding into the same products: wider GEMMs for re-reading the
+# products once per block (4 MB bands, SDXL's 1280-channel 64x64 maps: 432 -> 369 ms).
+WINO_SPLIT_TILES = 128
 
 
-def _winograd_band(C: int, H: int, W: int, band_bytes: int) -> int:
-    """Rows of 2x2 output tiles per band: the transformed input (16, C, rows, tiles
-    across) fits band_bytes, and the bands are of equal size."""
+def _winograd_plan(C: int, H: int, W: int, band_bytes: int) -> tuple[int, int]:
+    """(rows of 2x2 output tiles per band, input channels per transform block) for
+    bands of equal size: the transformed input (16, channels, rows, tiles across)
+    fits band_bytes, for all C channels if a band then holds WINO_SPLIT_TILES tiles,
+    else for blocks of them if the band's padded input rows still fit that many."""
     tx, ty_all = (W + 1) // 2, (H + 1) // 2
-    ty = max(1, min(ty_all, band_bytes // (64 * C * tx)))
-    return equal_step(ty_all, ty)
+    ty = band_bytes // (64 * C * tx)
+    if ty * tx < WINO_SPLIT_TILES and blas.HAS_GEMM:
+        padded_rows = band_bytes // (4 * C * (2 * tx + 2))
+        split = min(-(-WINO_SPLIT_TILES // tx), (padded_rows - 2) // 2, ty_all)
+        if split * tx >= WINO_SPLIT_TILES:   # fewer tiles, in blocks: slower than the shifted GEMMs
+            ty = split
+    ty = equal_step(ty_all, max(1, min(ty_all, ty)))
+    block = C if 64 * C * ty * tx <= band_bytes or not blas.HAS_GEMM else \
+        equal_step(C, max(1, band_bytes // (64 * ty * tx)))
+    return ty, block
 
 
-def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, band_bytes: int, out: np.ndarray,
-                      accumulate: bool, threads: int) -> None:
+def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, block: int, band_bytes: int,
+                      out: np.ndarray, accumulate: bool, threads: int) -> None:
     """3x3 stride-1 convolution by Winograd F(2x2, 3x3), `ty` rows of tiles per band.
 
     The output is cut into 2x2 tiles, each computed from a 4x4 input tile. Transformed
     (fastops.wino_*), one 4x4 tile's 16 values each meet one of 16 transformed weight
     matrices (co, C), so a band of tiles costs 16 GEMMs of (co, C) x (C, tiles): 2.25x
-    fewer multiplies than the direct convolution. The transformed weights are made for
-    a piece of the output channels at a time, as the tap matrices are in
-    _conv3x3_shifted; the transformed output of a piece stays within band_bytes.
+    fewer multiplies than the direct convolution. With `block` < C the input is
+    transformed `block` channels at a time and the GEMMs accumulate. The transformed
+    weights are made for a piece of the output channels at a time, as the tap matrices
+    are in _conv3x3_shifted; the transformed output of a piece stays within band_bytes.
     """
     B, C, H, W = src.shape
     co = w.shape[0]
@@ -167,7 +183,7 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, ban
     padded = np.empty((C, 2 * ty + 2, Wp), dtype=np.float32)
     padded[:, :, 0] = 0.0
     padded[:, :, W + 1:] = 0.0
-    v_flat = np.empty(16 * C * ty * tx, dtype=np.float32)
+    v_flat = np.empty(16 * block * ty * tx, dtype=np.float32)
     piece = max(1, min(co, max(band_bytes, TAPS_PIECE_BYTES) // (64 * C), band_bytes // (64 * ty * tx)))
     m_flat = np.empty(16 * piece * ty * tx, dtype=np.float32)
     y_flat = np.empty(piece * 4 * ty * tx, dtype=np.float32)
@@ -180,37 +196,52 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, ban
         in_parallel(lambda r0, r1: fastops.wino_weights(wp, u, r0, r1), 0, p1 - p0, u.size, threads)
         return u
 
-    def transform_band(bi: int, y0: int) -> np.ndarray:
-        tyn = (min(2 * ty, H - y0) + 1) // 2
-        _fill_rows(src, bi, y0 - 1, padded, 1, threads)
-        v = v_flat[:16 * C * tyn * tx].reshape(16, C, tyn, tx)
-        in_parallel(lambda q0, q1: fastops.wino_input(padded, v, q0, q1), 0, C, v.size, threads)
+    def transform_input(c0: int, c1: int, tyn: int) -> np.ndarray:
+        """The band's transformed input channels c0:c1 (of `padded`, filled)."""
+        v = v_flat[:16 * (c1 - c0) * tyn * tx].reshape(16, c1 - c0, tyn, tx)
+        p = padded[c0:c1]
+        in_parallel(lambda q0, q1: fastops.wino_input(p, v, q0, q1), 0, c1 - c0, v.size, threads)
         return v
 
-    def finish(u: np.ndarray, v: np.ndarray, bi: int, y0: int, p0: int) -> None:
-        pp, tyn, n = u.shape[1], v.shape[2], min(2 * ty, H - y0)
-        m = m_flat[:16 * pp * tyn * tx].reshape(16, pp, tyn, tx)
-        np.matmul(u, v.reshape(16, C, tyn * tx), out=m.reshape(16, pp, tyn * tx))
+    def fill_band(bi: int, y0: int) -> np.ndarray | None:
+        """Fill `padded` for a band; its whole transformed input where that fits."""
+        _fill_rows(src, bi, y0 - 1, padded, 1, threads)
+        return transform_input(0, C, (min(2 * ty, H - y0) + 1) // 2) if block == C else None
+
+    def finish(u: np.ndarray, v: np.ndarray | None, bi: int, y0: int, p0: int) -> None:
+        pp, n = u.shape[1], min(2 * ty, H - y0)
+        tyn = (n + 1) // 2
+        m = m_flat[:16 * pp * tyn * tx].reshape(16, pp, tyn * tx)
+        if v is not None:
+            np.matmul(u, v.reshape(16, C, tyn * tx), out=m)
+        else:
+            for c0 in range(0, C, block):
+                c1 = min(C, c0 + block)
+                vb = transform_input(c0, c1, tyn).reshape(16, c1 - c0, tyn * tx)
+                for t in range(16):
+                    blas.gemm(u[t, :, c0:c1], vb[t], m[t], 0.0 if c0 == 0 else 1.0)
         y = y_flat[:pp * 4 * tyn * tx].reshape(pp, 2 * tyn, 2 * tx)
-        in_parallel(lambda q0, q1: fastops.wino_output(m, y, q0, q1), 0, pp, y.size, threads)
+        m4 = m.reshape(16, pp, tyn, tx)
+        in_parallel(lambda q0, q1: fastops.wino_output(m4, y, q0, q1), 0, pp, y.size, threads)
         _store(y[:, :n, :W], out[bi, p0:p0 + pp, y0:y0 + n], None if b is None else b[p0:p0 + pp], accumulate)
 
     for c0, c1, wc in row_chunks(w):
         wc = np.ascontiguousarray(wc)
-        pieces = [(p0, min(c1, p0 + piece)) for p0 in range(c0, c1, piece)]
+        step = equal_step(c1 - c0, piece)
+        pieces = [(p0, min(c1, p0 + step)) for p0 in range(c0, c1, step)]
         # One of the two transforms is repeated: the weights' for every band, or the
         # input's (with its normalisation, upsampling...) for every piece. Repeat the
         # smaller total.
         if (len(bands) - 1) * (c1 - c0) <= (len(pieces) - 1) * B * ((H + 1) // 2) * tx:
             for bi, y0 in bands:
-                v = transform_band(bi, y0)
+                v = fill_band(bi, y0)
                 for p0, p1 in pieces:
                     finish(transform_weights(wc, p0 - c0, p1 - c0), v, bi, y0, p0)
         else:
             for p0, p1 in pieces:
                 u = transform_weights(wc, p0 - c0, p1 - c0)
                 for bi, y0 in bands:
-                    finish(u, transform_band(bi, y0), bi, y0, p0)
+                    finish(u, fill_band(bi, y0), bi, y0, p0)
 
 
 def _fill_rows(src: Source, bi: int, lo: int, padded: np.ndarray, col: int, threads: int) -> None:

@@ -55,12 +55,31 @@ def test_winograd_repeats_whichever_transform_is_cheaper_and_stays_exact(band_by
     weights are transformed again for every band (8 bands x 8 pieces) or the input for
     every piece (6 pieces, weights once each): both give the convolution."""
     monkeypatch.setattr(ops, "WINO_MIN_TILES", 0)
+    monkeypatch.setattr(ops, "WINO_SPLIT_TILES", 0)
     calls = []
     transform = fastops.wino_weights
     monkeypatch.setattr(fastops, "wino_weights", lambda *a: calls.append(a) or transform(*a))
     x, wt, b = randn(1, 8, 16, 16), randn(64, 8, 3, 3, scale=0.1), randn(64)
     got = ops.conv2d(Dense(x), wt, b, 1, band_bytes, threads=1)
     assert len(calls) == weight_transforms
+    close(got, F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), 1, 1))
+
+
+def test_small_bands_transform_the_input_in_channel_blocks_and_stay_exact(monkeypatch):
+    """A band too small for WINO_SPLIT_TILES tiles of all channels keeps its tiles and
+    transforms (and multiplies) a block of input channels at a time instead."""
+    if not blas.HAS_GEMM:
+        pytest.skip("no cblas_sgemm in numpy's BLAS here")
+    monkeypatch.setattr(ops, "WINO_MIN_TILES", 0)
+    monkeypatch.setattr(ops, "WINO_SPLIT_TILES", 32)
+    blocks = []
+    transform = fastops.wino_input
+    monkeypatch.setattr(fastops, "wino_input", lambda p, v, c0, c1: blocks.append(p.shape[0]) or transform(p, v, c0, c1))
+    x, wt, b = randn(1, 48, 16, 16), randn(24, 48, 3, 3, scale=0.1), randn(24)
+    band_bytes = 40_000   # the padded input rows of 32 tiles; their transform for 19 of 48 channels: 3 blocks
+    assert ops._winograd_plan(48, 16, 16, band_bytes) == (4, 16)
+    got = ops.conv2d(Dense(x), wt, b, 1, band_bytes, threads=1)
+    assert set(blocks) == {16}
     close(got, F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), 1, 1))
 
 
