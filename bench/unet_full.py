@@ -18,6 +18,7 @@ needs ~11-16 GB. Run from the repository root:
 
     python bench/unet_full.py                       # everything
     python bench/unet_full.py --sizes 64 --presets rpi-lowmem --no-cgroup
+    python bench/unet_full.py --sizes 128 --rounds 3 --no-cgroup   # interleaved: a drifting machine
     python bench/unet_full.py --skip-diffusers --override some_option=4
     python bench/unet_full.py --build-only           # weights + inputs only
     python bench/unet_full.py --cgroup-selftest      # 100 MB / 300 MB dummies
@@ -846,6 +847,42 @@ def print_table(rows: list[dict]) -> None:
         log(sep.join(v.ljust(widths[i]) if i in (0, 1, len(cols) - 1) else v.rjust(widths[i]) for i, v in enumerate(l)))
 
 
+def run_rounds(h, w, info, inputs, presets, overrides, ops_case, args) -> tuple[dict | None, dict]:
+    """diffusers, then every preset, `args.rounds` times over. Each case's result is its
+    last round's, with s_per_eval the median over rounds (round_s: each round's), peak
+    RSS the highest, and x_diffusers the median of the per-round ratios to diffusers:
+    cases run minutes apart compare fairly even when the machine's speed drifts."""
+    refs, runs = [], {p: [] for p in presets}
+    for rnd in range(args.rounds):
+        if args.rounds > 1:
+            log(f"[round {rnd + 1}/{args.rounds} {h}x{w}]")
+        ref = run_reference(h, w, BATCH, info, inputs, args)
+        refs.append(ref)
+        for preset in presets:
+            r = run_engine_case(h, w, BATCH, preset, overrides, inputs, args, ops_printf=ops_case == (preset, h, w))
+            if ref and r.get("completed"):
+                r["compare"] = compare(r["output"], ref["output"])
+                r["round_x"] = r["s_per_eval"] / ref["s_per_eval"]
+            runs[preset].append(r)
+    ref = refs[-1] if all(refs) else None
+    if ref:
+        ref = dict(ref, round_s=[x["s_per_eval"] for x in refs])
+        ref["s_per_eval"] = float(np.median(ref["round_s"]))
+    engines = {}
+    for preset, rs in runs.items():
+        failed = [x for x in rs if not x.get("completed")]
+        r = failed[0] if failed else rs[-1]     # one failed round fails the case
+        if not failed:
+            r = dict(r, round_s=[x["s_per_eval"] for x in rs])
+            r["s_per_eval"] = float(np.median(r["round_s"]))
+            r["mem"] = dict(r["mem"], vmhwm_bytes=max(x["mem"]["vmhwm_bytes"] for x in rs))
+            if ref:
+                r["round_x_diffusers"] = [x["round_x"] for x in rs]
+                r["x_diffusers"] = float(np.median(r["round_x_diffusers"]))
+        engines[preset] = r
+    return ref, engines
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -857,6 +894,10 @@ def main(argv=None) -> int:
     p.add_argument("--torch-threads", type=int, default=2, help="torch threads for the diffusers reference (default 2)")
     p.add_argument("--skip-diffusers", action="store_true", help="never run diffusers; reuse a cached reference only")
     p.add_argument("--fresh-reference", action="store_true", help="recompute the diffusers reference even if cached")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run diffusers and every preset this many times, interleaved, and judge the medians "
+                        "of the per-round ratios: a machine whose speed drifts between runs then compares "
+                        "cases measured minutes apart (implies --fresh-reference; default 1)")
     p.add_argument("--no-cgroup", action="store_true", help="skip the 256 MiB memory cgroup run")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="keyword override for UNet.load (int/float/bool/none/str), repeatable")
@@ -868,6 +909,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
+    if args.rounds > 1:
+        if args.skip_diffusers:
+            p.error("--rounds runs diffusers every round: it cannot go with --skip-diffusers")
+        args.fresh_reference = True
     overrides = parse_overrides(args.override)
 
     sizes = []
@@ -913,9 +960,9 @@ def main(argv=None) -> int:
     for h, w in sizes:
         inputs = input_dirs[(h, w)]
         size = f"{h}x{w}"
-        ref = run_reference(h, w, BATCH, info, inputs, args)
+        ref, engines = run_rounds(h, w, info, inputs, presets, overrides, ops_case, args)
         ref_s = ref.get("s_per_eval") if ref else None
-        case_res = {"diffusers": ref, "engine": {}}
+        case_res = {"diffusers": ref, "engine": engines}
         results["sizes"][size] = case_res
         if ref:
             ev = ref["eval_s"]
@@ -924,24 +971,26 @@ def main(argv=None) -> int:
                          "peak RSS MB": fmt(ref["mem"]["vmhwm_bytes"] / MB, ".0f"), "x diffusers": "1.00",
                          "note": "; ".join(x for x in (
                              f"cached {ref.get('ran_at')}" if ref.get("cached") else None,
+                             f"rounds {', '.join(f'{t:.1f}' for t in ref['round_s'])} s"
+                             if len(ref.get("round_s", [])) > 1 else None,
                              "s/eval incl. first call" if ref.get("s_per_eval_includes_first_call") else None,
                              f"peak during evals {ref['eval_peak_rss_bytes'] / MB:.0f} MB"
                              if ref.get("eval_peak_rss_bytes") else None) if x)})
         for preset in presets:
             ops = ops_case == (preset, h, w)
-            r = run_engine_case(h, w, BATCH, preset, overrides, inputs, args, ops_printf=ops)
-            case_res["engine"][preset] = r
-            if ref and r.get("completed"):
-                r["compare"] = compare(r["output"], ref["output"])
+            r = engines[preset]
             row = {"size": size, "case": r["label"]}
             if r.get("completed"):
                 cmp_ = r.get("compare", {})
                 row.update({"load s": fmt(r["load_s"], ".1f"), "eval1 s": fmt(r["eval_s"][0], ".1f"),
                             "s/eval": fmt(r["s_per_eval"], ".1f"), "cpu s": fmt(cpu_s(r), ".1f"),
                             "peak RSS MB": fmt(r["mem"]["vmhwm_bytes"] / MB, ".0f"),
-                            "x diffusers": fmt(r["s_per_eval"] / ref_s if ref_s else None, ".2f"),
+                            "x diffusers": fmt(r.get("x_diffusers"), ".2f"),
                             "PCC": fmt(cmp_.get("pcc"), ".6f"), "max|diff|": fmt(cmp_.get("max_abs"), ".3g"),
-                            "note": "; ".join(x for x in (cmp_.get("note"), "ops_printf" if ops else None) if x)})
+                            "note": "; ".join(x for x in (
+                                cmp_.get("note"), "ops_printf" if ops else None,
+                                f"rounds {', '.join(f'{t:.1f}' for t in r['round_s'])} s"
+                                if len(r.get("round_s", [])) > 1 else None) if x)})
             else:
                 row["note"] = f"FAILED: {r['status']} at {r.get('stage', 'start')!r}"
             rows.append(row)
@@ -994,8 +1043,10 @@ def main(argv=None) -> int:
     else:
         targets.append((verdict(lowmem_cgroup.get("completed")), "rpi-lowmem 128x128 b1 completes in a 256 MiB memory cgroup",
                         describe_cgroup(lowmem_cgroup["cgroup"], lowmem_cgroup["rc"])))
-    ratio = df["s_per_eval"] / ref128["s_per_eval"] if (df and ref128) else None
+    ratio = df.get("x_diffusers") if (df and ref128) else None
     got = f"{ratio:.2f}x" if ratio is not None else "not measured"
+    if ratio is not None and len(df.get("round_x_diffusers", [])) > 1:
+        got += f" (median of rounds {', '.join(f'{x:.2f}' for x in df['round_x_diffusers'])})"
     if ratio is not None and ref128.get("cached"):
         # a machine's speed drifts between runs (here by up to 1.5x within an hour): only
         # a diffusers time measured in this run makes a ratio worth a verdict
@@ -1007,12 +1058,15 @@ def main(argv=None) -> int:
     for h, w in sizes:
         size = f"{h}x{w}"
         a, b = eng(size, "rpi-lowmem"), eng(size, "default")
-        ratio = a["s_per_eval"] / b["s_per_eval"] if (a and b) else None
+        per_round = [x / y for x, y in zip(a["round_s"], b["round_s"])] if (a and b) else []
+        ratio = float(np.median(per_round)) if per_round else None
         if ratio is None and size != "128x128":
             continue
+        got = f"{ratio:.2f}x" if ratio is not None else "not measured"
+        if len(per_round) > 1:
+            got += f" (median of rounds {', '.join(f'{x:.2f}' for x in per_round)})"
         targets.append((verdict(None if ratio is None else ratio <= TARGET_LOWMEM_VS_DEFAULT),
-                        f"rpi-lowmem s/eval <= {TARGET_LOWMEM_VS_DEFAULT:.1f}x default at {size}",
-                        f"{ratio:.2f}x" if ratio is not None else "not measured"))
+                        f"rpi-lowmem s/eval <= {TARGET_LOWMEM_VS_DEFAULT:.1f}x default at {size}", got))
 
     log("")
     log(f"== results (batch {BATCH}; s/eval = engine eval 2 (median of warm evals with --repeats > 1), "
