@@ -847,6 +847,11 @@ def print_table(rows: list[dict]) -> None:
         log(sep.join(v.ljust(widths[i]) if i in (0, 1, len(cols) - 1) else v.rjust(widths[i]) for i, v in enumerate(l)))
 
 
+def listed_rounds(values: list[float], spec: str, unit: str = "") -> str | None:
+    """Each round's figure, for a note: None with a single round."""
+    return f"rounds {', '.join(format(v, spec) for v in values)}{unit}" if len(values) > 1 else None
+
+
 def run_rounds(h, w, info, inputs, presets, overrides, ops_case, args) -> tuple[dict | None, dict]:
     """diffusers, then every preset, `args.rounds` times over. Each case's result is its
     last round's, with s_per_eval the median over rounds (round_s: each round's), peak
@@ -862,7 +867,6 @@ def run_rounds(h, w, info, inputs, presets, overrides, ops_case, args) -> tuple[
             r = run_engine_case(h, w, BATCH, preset, overrides, inputs, args, ops_printf=ops_case == (preset, h, w))
             if ref and r.get("completed"):
                 r["compare"] = compare(r["output"], ref["output"])
-                r["round_x"] = r["s_per_eval"] / ref["s_per_eval"]
             runs[preset].append(r)
     ref = refs[-1] if all(refs) else None
     if ref:
@@ -877,7 +881,7 @@ def run_rounds(h, w, info, inputs, presets, overrides, ops_case, args) -> tuple[
             r["s_per_eval"] = float(np.median(r["round_s"]))
             r["mem"] = dict(r["mem"], vmhwm_bytes=max(x["mem"]["vmhwm_bytes"] for x in rs))
             if ref:
-                r["round_x_diffusers"] = [x["round_x"] for x in rs]
+                r["round_x_diffusers"] = [x / y for x, y in zip(r["round_s"], ref["round_s"])]
                 r["x_diffusers"] = float(np.median(r["round_x_diffusers"]))
         engines[preset] = r
     return ref, engines
@@ -971,8 +975,7 @@ def main(argv=None) -> int:
                          "peak RSS MB": fmt(ref["mem"]["vmhwm_bytes"] / MB, ".0f"), "x diffusers": "1.00",
                          "note": "; ".join(x for x in (
                              f"cached {ref.get('ran_at')}" if ref.get("cached") else None,
-                             f"rounds {', '.join(f'{t:.1f}' for t in ref['round_s'])} s"
-                             if len(ref.get("round_s", [])) > 1 else None,
+                             listed_rounds(ref["round_s"], ".1f", " s"),
                              "s/eval incl. first call" if ref.get("s_per_eval_includes_first_call") else None,
                              f"peak during evals {ref['eval_peak_rss_bytes'] / MB:.0f} MB"
                              if ref.get("eval_peak_rss_bytes") else None) if x)})
@@ -989,8 +992,7 @@ def main(argv=None) -> int:
                             "PCC": fmt(cmp_.get("pcc"), ".6f"), "max|diff|": fmt(cmp_.get("max_abs"), ".3g"),
                             "note": "; ".join(x for x in (
                                 cmp_.get("note"), "ops_printf" if ops else None,
-                                f"rounds {', '.join(f'{t:.1f}' for t in r['round_s'])} s"
-                                if len(r.get("round_s", [])) > 1 else None) if x)})
+                                listed_rounds(r["round_s"], ".1f", " s")) if x)})
             else:
                 row["note"] = f"FAILED: {r['status']} at {r.get('stage', 'start')!r}"
             rows.append(row)
@@ -1030,6 +1032,12 @@ def main(argv=None) -> int:
         r = results["sizes"].get(size, {}).get("engine", {}).get(preset)
         return r if r and r.get("completed") else None
 
+    def ratio_note(ratio, per_round):
+        if ratio is None:
+            return "not measured"
+        rounds = listed_rounds(per_round, ".2f")
+        return f"{ratio:.2f}x" + (f" (median of {rounds})" if rounds else "")
+
     def verdict(ok):
         return "n/a " if ok is None else ("PASS" if ok else "FAIL")
 
@@ -1044,9 +1052,7 @@ def main(argv=None) -> int:
         targets.append((verdict(lowmem_cgroup.get("completed")), "rpi-lowmem 128x128 b1 completes in a 256 MiB memory cgroup",
                         describe_cgroup(lowmem_cgroup["cgroup"], lowmem_cgroup["rc"])))
     ratio = df.get("x_diffusers") if (df and ref128) else None
-    got = f"{ratio:.2f}x" if ratio is not None else "not measured"
-    if ratio is not None and len(df.get("round_x_diffusers", [])) > 1:
-        got += f" (median of rounds {', '.join(f'{x:.2f}' for x in df['round_x_diffusers'])})"
+    got = ratio_note(ratio, df.get("round_x_diffusers", []) if df else [])
     if ratio is not None and ref128.get("cached"):
         # a machine's speed drifts between runs (here by up to 1.5x within an hour): only
         # a diffusers time measured in this run makes a ratio worth a verdict
@@ -1062,9 +1068,7 @@ def main(argv=None) -> int:
         ratio = float(np.median(per_round)) if per_round else None
         if ratio is None and size != "128x128":
             continue
-        got = f"{ratio:.2f}x" if ratio is not None else "not measured"
-        if len(per_round) > 1:
-            got += f" (median of rounds {', '.join(f'{x:.2f}' for x in per_round)})"
+        got = ratio_note(ratio, per_round)
         targets.append((verdict(None if ratio is None else ratio <= TARGET_LOWMEM_VS_DEFAULT),
                         f"rpi-lowmem s/eval <= {TARGET_LOWMEM_VS_DEFAULT:.1f}x default at {size}", got))
 

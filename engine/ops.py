@@ -231,7 +231,8 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, blo
         pieces = [(p0, min(c1, p0 + step)) for p0 in range(c0, c1, step)]
         # One of the two transforms is repeated: the weights' for every band, or the
         # input's (with its normalisation, upsampling...) for every piece. Repeat the
-        # smaller total.
+        # smaller total. (In channel blocks the input's transform, though not its
+        # filling, is repeated for every piece either way.)
         if (len(bands) - 1) * (c1 - c0) <= (len(pieces) - 1) * B * ((H + 1) // 2) * tx:
             for bi, y0 in bands:
                 v = fill_band(bi, y0)
