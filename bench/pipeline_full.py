@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 import unet_full  # noqa: E402
 from unet_full import (CACHE, MB, cgroup_unavailable_reason, describe_cgroup, describe_drop,  # noqa: E402
                        drop_page_cache, log, run_in_cgroup)
+from kernels_check import require_c_kernels  # noqa: E402
 
 # Its own cgroup, so it can run while another benchmark holds the UNet benchmark's.
 unet_full.CGROUP_DIR = unet_full.CGROUP_ROOT / "slowframe-pipeline-bench"
@@ -148,6 +149,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-cgroup", action="store_true")
     args = p.parse_args(argv)
 
+    log(f"engine kernels: {require_c_kernels()}")
     ensure_model()
     for f in weight_files():
         drop = drop_page_cache(f)

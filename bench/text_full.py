@@ -37,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's en
 import engine  # noqa: E402,F401  (before numpy: it sets OpenBLAS's thread spin, read when numpy loads)
 import numpy as np  # noqa: E402
 
+from kernels_check import require_c_kernels  # noqa: E402  (bench/, the script's own folder)
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 CACHE = Path(os.environ.get("SLOWFRAME_BENCH_CACHE", "~/.cache/slowframe-bench")).expanduser()
@@ -175,6 +177,7 @@ def main() -> int:
     build()
     if args.build_only:
         return 0
+    print(f"engine kernels: {require_c_kernels()}", flush=True)
     results = {}
     scratch = MODEL / "results"
     scratch.mkdir(exist_ok=True)

@@ -53,6 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's en
 import engine  # noqa: E402,F401  (before numpy: it sets OpenBLAS's thread spin, read when numpy loads)
 import numpy as np  # noqa: E402
 
+from kernels_check import require_c_kernels  # noqa: E402  (bench/, the script's own folder)
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).resolve()
 
@@ -958,8 +960,10 @@ def main(argv=None) -> int:
     input_dirs = {(h, w): ensure_inputs(h, w, BATCH) for h, w in sizes}
     if args.build_only:
         return 0
+    log(f"engine kernels: {require_c_kernels()}")
 
-    rows, results, targets = [], {"sizes": {}, "overrides": overrides, "argv": sys.argv}, []
+    rows, results, targets = [], {"sizes": {}, "overrides": overrides, "argv": sys.argv,
+                                  "kernels": require_c_kernels()}, []
     lowmem_cgroup = None
     for h, w in sizes:
         inputs = input_dirs[(h, w)]

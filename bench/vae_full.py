@@ -49,6 +49,7 @@ sys.path.insert(0, str(BENCH))
 # The UNet benchmark's helpers for memory figures, page cache and the memory cgroup.
 from unet_full import (CACHE, MB, compare, cgroup_unavailable_reason, describe_cgroup, describe_drop,  # noqa: E402
                        describe_rc, drop_page_cache, log, memory_figures, read_json, run_in_cgroup, write_json)
+from kernels_check import require_c_kernels  # noqa: E402
 
 VAE_DIR = CACHE / "sdxl-random" / "vae"
 WEIGHTS_NAME = "diffusion_pytorch_model.fp16.safetensors"
@@ -262,7 +263,9 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
 
+    kernels = require_c_kernels()
     RUNS.mkdir(parents=True, exist_ok=True)
+    log(f"engine kernels: {kernels}")
     log(f"slowframe VAE benchmark - {time.strftime('%Y-%m-%d %H:%M:%S')}, {platform.node()}, {os.cpu_count()} CPUs, "
         f"numpy {np.__version__}; latent {LATENT[0]}x{LATENT[1]}, tiles {TILE} latents, overlap {OVERLAP}")
     ensure_weights()

@@ -49,7 +49,8 @@ except ImportError as exc:  # not built (no compiler at install time) or built f
     _ckernels = None
     if _CHOICE == "c":
         raise ImportError(
-            f"SLOWFRAME_KERNELS=c but the C kernels are not built ({exc}); reinstall with a C compiler"
+            f"SLOWFRAME_KERNELS=c but the C kernels are not built for this Python ({exc}); build them with "
+            "`pip install -e .` in the repository root (needs a C compiler and cffi)"
         ) from exc
 
 BACKEND = "c" if _ckernels is not None and _CHOICE != "numpy" else "numpy"
