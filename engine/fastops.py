@@ -55,6 +55,16 @@ except ImportError as exc:  # not built (no compiler at install time) or built f
 
 BACKEND = "c" if _ckernels is not None and _CHOICE != "numpy" else "numpy"
 
+
+def fallback_warning() -> str | None:
+    """What to tell the user when the kernels run in numpy without anyone asking for it
+    (the model still works, but an evaluation takes 1.5-2x longer); None otherwise."""
+    if BACKEND == "c" or _CHOICE == "numpy":
+        return None
+    return ("slowframe's C kernels are not built for this Python, so the engine runs their numpy fallbacks: "
+            "pictures take 1.5-2x longer. Build them with `pip install -e .` in the repository root (needs a "
+            "C compiler and cffi); set SLOWFRAME_KERNELS=numpy to silence this.")
+
 # elements per block in the numpy fallbacks: keeps their temporaries in L2 instead of
 # allocating several full-size arrays
 _BLOCK = 1 << 15

@@ -12,19 +12,32 @@ exact order the prefetch thread must read in.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
 
 import numpy as np
 
-from engine import memory, ops
+from engine import fastops, memory, ops
 from engine.errors import Cancelled
 from engine.options import Options
 from engine.parallel import equal_step
 from engine.sources import Normalized, Source
 from engine.trace import OpTrace
 from engine.weights import Group, TensorStore, WeightRows, make_provider
+
+log = logging.getLogger(__name__)
+_fallback_reported = False
+
+
+def _report_numpy_fallback() -> None:
+    """Warn once per process when the hot loops run in numpy by accident."""
+    global _fallback_reported
+    message = fastops.fallback_warning()
+    if message and not _fallback_reported:
+        log.warning(message)
+        _fallback_reported = True
 
 
 class StreamedModel:
@@ -35,6 +48,7 @@ class StreamedModel:
         self.provider = make_provider(store, options.weights, options.prefetch_bytes, options.weight_chunk_bytes,
                                       self.threads)
         self.trace = OpTrace(options.ops_printf)
+        _report_numpy_fallback()
         if options.keep_freed_memory:
             memory.keep_freed_memory()
         elif options.mmap_threshold:
