@@ -8,7 +8,6 @@ run with the fix, unless SLOWFRAME_KERNELS=numpy asks for the fallback on purpos
 
 from __future__ import annotations
 
-import os
 import sys
 
 
@@ -17,9 +16,8 @@ def require_c_kernels() -> str:
     kernels are missing and nobody asked for numpy."""
     from engine import fastops
 
-    if fastops.BACKEND == "c" or os.environ.get("SLOWFRAME_KERNELS", "").strip().lower() == "numpy":
+    if fastops.fallback_warning() is None:
         return fastops.BACKEND
-    sys.exit("the engine's C kernels are not built for this Python, so every kernel would run its numpy fallback "
-             "and the figures would not describe the engine. Build them from the repository root with "
-             "`pip install -e .` (needs a C compiler and cffi), or set SLOWFRAME_KERNELS=numpy to time the "
-             "fallback on purpose.")
+    sys.exit(f"the engine's C kernels are not built for this Python, so every kernel would run its numpy fallback "
+             f"and the figures would not describe the engine. To fix, {fastops.BUILD_HINT}; or set "
+             f"SLOWFRAME_KERNELS=numpy to time the fallback on purpose.")

@@ -28,8 +28,8 @@ import engine  # noqa: E402,F401  (before numpy: OpenBLAS thread settings)
 import numpy as np  # noqa: E402
 
 from engine import fastops  # noqa: E402
-from kernels_check import require_c_kernels  # noqa: E402  (bench/, the script's own folder)
 from engine.parallel import cores, in_parallel  # noqa: E402
+from kernels_check import require_c_kernels  # noqa: E402  (bench/, the script's own folder)
 
 # (tokens, out, in): count per 128x128 evaluation. Level 3 (32x32 tokens, 1280 channels):
 # 60 transformer blocks (to_q/k/v/out of attn1, to_q/out of attn2, GEGLU net.0.proj and

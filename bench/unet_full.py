@@ -960,10 +960,10 @@ def main(argv=None) -> int:
     input_dirs = {(h, w): ensure_inputs(h, w, BATCH) for h, w in sizes}
     if args.build_only:
         return 0
-    log(f"engine kernels: {require_c_kernels()}")
+    kernels = require_c_kernels()
+    log(f"engine kernels: {kernels}")
 
-    rows, results, targets = [], {"sizes": {}, "overrides": overrides, "argv": sys.argv,
-                                  "kernels": require_c_kernels()}, []
+    rows, results, targets = [], {"sizes": {}, "overrides": overrides, "argv": sys.argv, "kernels": kernels}, []
     lowmem_cgroup = None
     for h, w in sizes:
         inputs = input_dirs[(h, w)]

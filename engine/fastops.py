@@ -39,6 +39,8 @@ __all__ = [
     "wino_output",
 ]
 
+BUILD_HINT = "build them with `pip install -e .` in the repository root (needs a C compiler and cffi)"
+
 _CHOICE = os.environ.get("SLOWFRAME_KERNELS", "").strip().lower()
 if _CHOICE not in ("", "auto", "c", "numpy"):
     raise ImportError(f"SLOWFRAME_KERNELS={_CHOICE!r}: use 'c', 'numpy' or leave it unset")
@@ -49,8 +51,7 @@ except ImportError as exc:  # not built (no compiler at install time) or built f
     _ckernels = None
     if _CHOICE == "c":
         raise ImportError(
-            f"SLOWFRAME_KERNELS=c but the C kernels are not built for this Python ({exc}); build them with "
-            "`pip install -e .` in the repository root (needs a C compiler and cffi)"
+            f"SLOWFRAME_KERNELS=c but the C kernels are not built for this Python ({exc}); {BUILD_HINT}"
         ) from exc
 
 BACKEND = "c" if _ckernels is not None and _CHOICE != "numpy" else "numpy"
@@ -61,9 +62,8 @@ def fallback_warning() -> str | None:
     (the model still works, but an evaluation takes 1.5-2x longer); None otherwise."""
     if BACKEND == "c" or _CHOICE == "numpy":
         return None
-    return ("slowframe's C kernels are not built for this Python, so the engine runs their numpy fallbacks: "
-            "pictures take 1.5-2x longer. Build them with `pip install -e .` in the repository root (needs a "
-            "C compiler and cffi); set SLOWFRAME_KERNELS=numpy to silence this.")
+    return (f"slowframe's C kernels are not built for this Python, so the engine runs their numpy fallbacks: "
+            f"pictures take 1.5-2x longer. To fix, {BUILD_HINT}; set SLOWFRAME_KERNELS=numpy to silence this.")
 
 # elements per block in the numpy fallbacks: keeps their temporaries in L2 instead of
 # allocating several full-size arrays
