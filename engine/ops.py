@@ -139,10 +139,10 @@ def _conv3x3_shifted(src: Source, w: Weight, b: np.ndarray | None, band_bytes: i
 # than this they run too far below full speed to beat the direct convolution's 2.25x
 # more multiplies, and the nine shifted GEMMs (rows x W columns each) take over.
 WINO_MIN_TILES = 64
-# Where band_bytes cannot hold the transform of this many tiles for all input channels
-# but can hold their padded input rows, a band is transformed a block of channels at a
-# time, each block's GEMMs adding into the same products: wider GEMMs for re-reading the
-# products once per block (4 MB bands, SDXL's 1280-channel 64x64 maps: 432 -> 369 ms).
+# Where band_bytes cannot hold the transform of this many tiles for all input channels,
+# a band is transformed a block of channels at a time, each block's GEMMs adding into
+# the same products: wider GEMMs for re-reading the products once per block (4 MB
+# bands, SDXL's 1280-channel 64x64 maps: 432 -> 369 ms).
 WINO_SPLIT_TILES = 128
 
 
@@ -150,18 +150,26 @@ def _winograd_plan(C: int, H: int, W: int, band_bytes: int) -> tuple[int, int]:
     """(rows of 2x2 output tiles per band, input channels per transform block) for
     bands of equal size: the transformed input (16, channels, rows, tiles across)
     fits band_bytes, for all C channels if a band then holds WINO_SPLIT_TILES tiles,
-    else for blocks of them if the band's padded input rows still fit that many."""
+    else for blocks of them (with their padded input rows, where the band's rows of
+    all C channels do not fit beside them; see _winograd_fills_whole_band)."""
     tx, ty_all = (W + 1) // 2, (H + 1) // 2
     ty = band_bytes // (64 * C * tx)
     if ty * tx < WINO_SPLIT_TILES and blas.HAS_GEMM:
-        padded_rows = band_bytes // (4 * C * (2 * tx + 2))
-        split = min(-(-WINO_SPLIT_TILES // tx), (padded_rows - 2) // 2, ty_all)
-        if split * tx >= WINO_SPLIT_TILES:   # fewer tiles, in blocks: slower than the shifted GEMMs
-            ty = split
+        ty = -(-WINO_SPLIT_TILES // tx)
     ty = equal_step(ty_all, max(1, min(ty_all, ty)))
-    block = C if 64 * C * ty * tx <= band_bytes or not blas.HAS_GEMM else \
-        equal_step(C, max(1, band_bytes // (64 * ty * tx)))
-    return ty, block
+    if 64 * C * ty * tx <= band_bytes or not blas.HAS_GEMM:
+        return ty, C
+    per_channel = 64 * ty * tx
+    if not _winograd_fills_whole_band(C, ty, W, band_bytes):
+        per_channel += 4 * (2 * ty + 2) * (2 * tx + 2)
+    return ty, equal_step(C, max(1, band_bytes // per_channel))
+
+
+def _winograd_fills_whole_band(C: int, ty: int, W: int, band_bytes: int) -> bool:
+    """Whether a band's padded input rows of all C channels fit band_bytes: they are then
+    filled (normalised, upsampled...) once per band, else once per channel block and
+    piece of output channels."""
+    return 4 * C * (2 * ty + 2) * (2 * ((W + 1) // 2) + 2) <= band_bytes
 
 
 def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, block: int, band_bytes: int,
@@ -180,7 +188,8 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, blo
     co = w.shape[0]
     tx = (W + 1) // 2
     Wp = 2 * tx + 2
-    padded = np.empty((C, 2 * ty + 2, Wp), dtype=np.float32)
+    whole = block == C or _winograd_fills_whole_band(C, ty, W, band_bytes)
+    padded = np.empty((C if whole else block, 2 * ty + 2, Wp), dtype=np.float32)
     padded[:, :, 0] = 0.0
     padded[:, :, W + 1:] = 0.0
     v_flat = np.empty(16 * block * ty * tx, dtype=np.float32)
@@ -196,30 +205,38 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, blo
         in_parallel(lambda r0, r1: fastops.wino_weights(wp, u, r0, r1), 0, p1 - p0, u.size, threads)
         return u
 
-    def transform_input(c0: int, c1: int, tyn: int) -> np.ndarray:
-        """The band's transformed input channels c0:c1 (of `padded`, filled)."""
-        v = v_flat[:16 * (c1 - c0) * tyn * tx].reshape(16, c1 - c0, tyn, tx)
-        p = padded[c0:c1]
-        in_parallel(lambda q0, q1: fastops.wino_input(p, v, q0, q1), 0, c1 - c0, v.size, threads)
+    def transform_input(p: np.ndarray, tyn: int) -> np.ndarray:
+        """The transformed input of p, a band's filled padded rows of some channels."""
+        v = v_flat[:16 * len(p) * tyn * tx].reshape(16, len(p), tyn, tx)
+        in_parallel(lambda q0, q1: fastops.wino_input(p, v, q0, q1), 0, len(p), v.size, threads)
         return v
 
     def fill_band(bi: int, y0: int) -> np.ndarray | None:
-        """Fill `padded` for a band; its whole transformed input where that fits."""
+        """Fill `padded` for a band if it holds all channels; the whole transformed input
+        where that fits."""
+        if not whole:
+            return None
         _fill_rows(src, bi, y0 - 1, padded, 1, threads)
-        return transform_input(0, C, (min(2 * ty, H - y0) + 1) // 2) if block == C else None
+        return transform_input(padded, (min(2 * ty, H - y0) + 1) // 2) if block == C else None
 
     def finish(u: np.ndarray, v: np.ndarray | None, bi: int, y0: int, p0: int) -> None:
         pp, n = u.shape[1], min(2 * ty, H - y0)
         tyn = (n + 1) // 2
         m = m_flat[:16 * pp * tyn * tx].reshape(16, pp, tyn * tx)
-        if v is not None:
+        if v is not None and not blas.HAS_GEMM:
             np.matmul(u, v.reshape(16, C, tyn * tx), out=m)
+        elif v is not None:
+            _wino_products(u, v.reshape(16, C, tyn * tx), m, 0.0, threads)
         else:
             for c0 in range(0, C, block):
                 c1 = min(C, c0 + block)
-                vb = transform_input(c0, c1, tyn).reshape(16, c1 - c0, tyn * tx)
-                for t in range(16):
-                    blas.gemm(u[t, :, c0:c1], vb[t], m[t], 0.0 if c0 == 0 else 1.0)
+                if whole:
+                    p = padded[c0:c1]
+                else:
+                    p = padded[:c1 - c0]
+                    _fill_rows(src, bi, y0 - 1, p, 1, threads, c0)
+                vb = transform_input(p, tyn).reshape(16, c1 - c0, tyn * tx)
+                _wino_products(u[:, :, c0:c1], vb, m, 0.0 if c0 == 0 else 1.0, threads)
         y = y_flat[:pp * 4 * tyn * tx].reshape(pp, 2 * tyn, 2 * tx)
         m4 = m.reshape(16, pp, tyn, tx)
         in_parallel(lambda q0, q1: fastops.wino_output(m4, y, q0, q1), 0, pp, y.size, threads)
@@ -245,17 +262,29 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, blo
                     finish(u, fill_band(bi, y0), bi, y0, p0)
 
 
-def _fill_rows(src: Source, bi: int, lo: int, padded: np.ndarray, col: int, threads: int) -> None:
-    """padded (C, rows, Wp) = input rows lo .. lo+rows of batch item bi at columns col ..
-    col+W, rows outside the image zeroed (the padding columns are the caller's)."""
+def _wino_products(u: np.ndarray, v: np.ndarray, m: np.ndarray, beta: float, threads: int) -> None:
+    """m[t] = u[t] @ v[t] + beta * m[t] for the 16 Winograd points, the points shared out
+    among the cores, each GEMM on one: a band's GEMMs are too small for BLAS to split
+    one well (1920 -> 640 channels at 64x64, 4 MB bands: 379 -> 327 ms)."""
+    def points(t0: int, t1: int) -> None:
+        for t in range(t0, t1):
+            blas.gemm(u[t], v[t], m[t], beta)
+    with blas.single_threaded():
+        in_parallel(points, 0, 16, m.size * u.shape[2], threads)
+
+
+def _fill_rows(src: Source, bi: int, lo: int, padded: np.ndarray, col: int, threads: int, c0: int = 0) -> None:
+    """padded (channels, rows, Wp) = input rows lo .. lo+rows of batch item bi, channels
+    c0 .. c0+channels, at columns col .. col+W, rows outside the image zeroed (the
+    padding columns are the caller's)."""
     H, W = src.shape[2], src.shape[3]
     a, z = max(lo, 0), min(lo + padded.shape[1], H)
     padded[:, :a - lo] = 0.0
     padded[:, z - lo:] = 0.0
 
     def fill(r0: int, r1: int) -> None:
-        src.fill(bi, r0, r1, padded[:, r0 - lo:r1 - lo, col:col + W])
-    in_parallel(fill, a, z, src.shape[1] * (z - a) * W, threads)
+        src.fill(bi, r0, r1, padded[:, r0 - lo:r1 - lo, col:col + W], c0)
+    in_parallel(fill, a, z, len(padded) * (z - a) * W, threads)
 
 
 def _store(valid: np.ndarray, dst: np.ndarray, bias: np.ndarray | None, accumulate: bool) -> None:

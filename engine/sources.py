@@ -19,15 +19,20 @@ PERCENTILE_SAMPLES = 1 << 20
 class Source:
     shape: tuple[int, int, int, int]
 
-    def fill(self, b: int, y0: int, y1: int, out: np.ndarray) -> None:
-        """Write rows y0:y1 of batch item b into out, a float32 (C, y1-y0, W) array or view
-        (a padded buffer's interior, say): no band-sized temporaries on the way, since on
-        a Pi each would be fresh pages the kernel must fault in and zero."""
+    def fill(self, b: int, y0: int, y1: int, out: np.ndarray, c0: int = 0) -> None:
+        """Write rows y0:y1 of batch item b, channels c0 : c0 + len(out), into out, a float32
+        (channels, y1-y0, W) array or view (a padded buffer's interior, say): no band-sized
+        temporaries on the way, since on a Pi each would be fresh pages the kernel must
+        fault in and zero."""
         raise NotImplementedError
 
-    def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
-        """Rows y0:y1 of batch item b as float32 (C, y1-y0, W); treat as read-only."""
-        return self.band(b, y0, y1, np.empty((self.shape[1], y1 - y0, self.shape[3]), dtype=np.float32))
+    def rows(self, b: int, y0: int, y1: int, c0: int = 0, c1: int | None = None) -> np.ndarray:
+        """Rows y0:y1 of batch item b, channels c0:c1 (all by default), as float32
+        (channels, y1-y0, W); treat as read-only."""
+        c1 = self.shape[1] if c1 is None else c1
+        out = np.empty((c1 - c0, y1 - y0, self.shape[3]), dtype=np.float32)
+        self.fill(b, y0, y1, out, c0)
+        return out
 
     def band(self, b: int, y0: int, y1: int, scratch: np.ndarray) -> np.ndarray:
         """Rows y0:y1 of batch item b, written into the front of scratch (C, >= y1-y0, W)
@@ -52,11 +57,11 @@ class Dense(Source):
         self.x = x
         self.shape = x.shape
 
-    def fill(self, b: int, y0: int, y1: int, out: np.ndarray) -> None:
-        np.copyto(out, self.x[b, :, y0:y1])
+    def fill(self, b: int, y0: int, y1: int, out: np.ndarray, c0: int = 0) -> None:
+        np.copyto(out, self.x[b, c0:c0 + out.shape[0], y0:y1])
 
-    def rows(self, b: int, y0: int, y1: int) -> np.ndarray:
-        return self.x[b, :, y0:y1]
+    def rows(self, b: int, y0: int, y1: int, c0: int = 0, c1: int | None = None) -> np.ndarray:
+        return self.x[b, c0:c1, y0:y1]
 
     def band(self, b: int, y0: int, y1: int, scratch: np.ndarray) -> np.ndarray:
         return self.x[b, :, y0:y1]
@@ -96,9 +101,9 @@ class Compact(Source):
     def nbytes(self) -> int:
         return self.data.nbytes
 
-    def fill(self, b: int, y0: int, y1: int, out: np.ndarray) -> None:
-        row = np.empty(self.data.shape[2:], dtype=np.float32)     # one (C, W) row: cache-sized
-        for i, raw in enumerate(self.data[b, y0:y1]):
+    def fill(self, b: int, y0: int, y1: int, out: np.ndarray, c0: int = 0) -> None:
+        row = np.empty(out.shape[::2], dtype=np.float32)            # one (channels, W) row: cache-sized
+        for i, raw in enumerate(self.data[b, y0:y1, c0:c0 + out.shape[0]]):
             if self.dtype == "fp16":
                 fastops.f16_to_f32(raw, row)
             else:
@@ -130,11 +135,14 @@ class Concat(Source):
         self.parts = parts
         self.shape = (B, sum(p.shape[1] for p in parts), H, W)
 
-    def fill(self, b: int, y0: int, y1: int, out: np.ndarray) -> None:
-        c = 0
+    def fill(self, b: int, y0: int, y1: int, out: np.ndarray, c0: int = 0) -> None:
+        c1 = c0 + out.shape[0]
+        start = 0                                   # the part's first channel in the concatenation
         for p in self.parts:
-            p.fill(b, y0, y1, out[c:c + p.shape[1]])
-            c += p.shape[1]
+            a, z = max(c0, start), min(c1, start + p.shape[1])
+            if a < z:
+                p.fill(b, y0, y1, out[a - c0:z - c0], a - start)
+            start += p.shape[1]
 
 
 class Upsampled(Source):
@@ -147,10 +155,10 @@ class Upsampled(Source):
         self.ymap = nearest_index(h, size[0])
         self.xmap = nearest_index(w, size[1])
 
-    def fill(self, b: int, y0: int, y1: int, out: np.ndarray) -> None:
+    def fill(self, b: int, y0: int, y1: int, out: np.ndarray, c0: int = 0) -> None:
         ys = self.ymap[y0:y1]
         base = int(ys[0])
-        block = self.src.rows(b, base, int(ys[-1]) + 1)
+        block = self.src.rows(b, base, int(ys[-1]) + 1, c0, c0 + out.shape[0])
         for i, y in enumerate(ys):
             np.take(block[:, y - base], self.xmap, axis=1, out=out[:, i], mode="clip")
 
@@ -178,13 +186,14 @@ class Normalized(Source):
         self.scale = (rstd * gamma[None, :]).astype(np.float32)         # (B, C)
         self.shift = (beta[None, :] - mean * self.scale).astype(np.float32)
 
-    def fill(self, b: int, y0: int, y1: int, out: np.ndarray) -> None:
-        self.src.fill(b, y0, y1, out)
-        scale, shift = self.scale[b, :, None, None], self.shift[b, :, None, None]
-        for c0, c1 in _channel_blocks(out):
-            part = out[c0:c1]
-            part *= scale[c0:c1]
-            part += shift[c0:c1]
+    def fill(self, b: int, y0: int, y1: int, out: np.ndarray, c0: int = 0) -> None:
+        self.src.fill(b, y0, y1, out, c0)
+        c1 = c0 + out.shape[0]
+        scale, shift = self.scale[b, c0:c1, None, None], self.shift[b, c0:c1, None, None]
+        for j0, j1 in _channel_blocks(out):
+            part = out[j0:j1]
+            part *= scale[j0:j1]
+            part += shift[j0:j1]
             if self.silu:
                 silu_(part)
 

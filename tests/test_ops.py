@@ -83,6 +83,40 @@ def test_small_bands_transform_the_input_in_channel_blocks_and_stay_exact(monkey
     close(got, F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), 1, 1))
 
 
+def test_bands_too_small_for_all_channels_rows_fill_each_channel_block_and_stay_exact(monkeypatch):
+    """Where even the padded input rows of all channels exceed band_bytes, each block of
+    channels is filled on its own (here straddling the upsampled part and the skip)."""
+    if not blas.HAS_GEMM:
+        pytest.skip("no cblas_sgemm in numpy's BLAS here")
+    monkeypatch.setattr(ops, "WINO_MIN_TILES", 0)
+    monkeypatch.setattr(ops, "WINO_SPLIT_TILES", 32)
+    a, s = randn(1, 20, 8, 8), randn(1, 28, 16, 16, scale=2.0)
+    gamma, beta = randn(48), randn(48)
+    src = Normalized(Concat(Upsampled(Dense(a), (16, 16)), Compact(s, "uint8")), gamma, beta, groups=8, eps=1e-5,
+                     silu=True)
+    wt, b = randn(24, 48, 3, 3, scale=0.1), randn(24)
+    band_bytes = 20_000   # < the 34,560 bytes of 48 channels' padded rows for 32 tiles
+    ty, block = ops._winograd_plan(48, 16, 16, band_bytes)
+    assert ty == 4 and block < 48 and not ops._winograd_fills_whole_band(48, ty, 16, band_bytes)
+    got = ops.conv2d(src, wt, b, 1, band_bytes, threads=1)
+    ref_in = torch.cat([F.interpolate(torch.from_numpy(a), size=(16, 16), mode="nearest"),
+                        torch.from_numpy(Compact(s, "uint8").dense())], 1)
+    ref_in = F.silu(F.group_norm(ref_in, 8, torch.from_numpy(gamma), torch.from_numpy(beta), 1e-5))
+    close(got, F.conv2d(ref_in, torch.from_numpy(wt), torch.from_numpy(b), 1, 1), tol=1e-4)
+
+
+@pytest.mark.parametrize("c0,c1", [(0, 48), (0, 5), (17, 20), (19, 31), (40, 48)])
+def test_sources_fill_any_range_of_channels(c0, c1):
+    a, s = randn(2, 20, 4, 5), randn(2, 28, 8, 10)
+    src = Normalized(Concat(Upsampled(Dense(a), (8, 10)), Compact(s, "fp16")), randn(48), randn(48), groups=8,
+                     eps=1e-5, silu=True)
+    whole = src.dense()
+    out = np.empty((c1 - c0, 3, 10), dtype=np.float32)
+    src.fill(1, 2, 5, out, c0)
+    assert np.array_equal(out, whole[1, c0:c1, 2:5])
+    assert np.array_equal(src.rows(1, 2, 5, c0, c1), whole[1, c0:c1, 2:5])
+
+
 def test_conv2d_accumulates_into_out(conv_path):
     x = randn(1, 8, 6, 7)
     wt = randn(5, 8, 3, 3)
