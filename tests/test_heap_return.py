@@ -41,5 +41,5 @@ def test_freed_arrays_stay_resident_by_default_and_go_back_with_a_fixed_threshol
 
 def test_the_low_memory_preset_returns_freed_arrays():
     from engine.options import resolve
-    assert resolve("rpi-lowmem").mmap_threshold == 4 << 20
+    assert resolve("rpi-lowmem").mmap_threshold == 8 << 20
     assert resolve("default").mmap_threshold == 0
