@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,11 +38,14 @@ def make_job(model: Path, preset: str = "rpi", steps: int = 6, **changes) -> Job
 
 
 def uninterrupted_state(job: Job) -> list[float]:
-    """The fake's final state for ``job`` computed in one go, in this process."""
-    pipe = FakePipeline(job.model, job.preset, [])
-    pipe.generate(job.prompt, negative_prompt=None, steps=job.steps, guidance=job.guidance, seed=job.seed,
-                  width=job.width, height=job.height, sampler=job.sampler)
-    return calls(Path(job.model))[-1]["state"]
+    """The fake's final state for ``job`` computed in one go, in this process, in a model
+    folder of its own: a daemon still running may be logging its next job to the job's."""
+    with tempfile.TemporaryDirectory() as folder:
+        shutil.copy(Path(job.model) / "fake.json", folder)
+        pipe = FakePipeline(folder, job.preset, [])
+        pipe.generate(job.prompt, negative_prompt=None, steps=job.steps, guidance=job.guidance, seed=job.seed,
+                      width=job.width, height=job.height, sampler=job.sampler)
+        return calls(Path(folder))[-1]["state"]
 
 
 def run_worker(job: Job, folder: Path, stop_after: int | None = None, timeout: float = 30) -> list:
@@ -206,8 +211,9 @@ def test_sigkill_mid_job_then_restart_resumes_the_same_job(tmp_path, daemons):
     deadline = time.monotonic() + 60
     while not list((tmp_path / "state" / "history").glob("*.json")) and time.monotonic() < deadline:
         time.sleep(0.2)
-    [sidecar] = (tmp_path / "state" / "history").glob("*.json")
-    record = json.loads(sidecar.read_text())
+    sidecars = list((tmp_path / "state" / "history").glob("*.json"))
+    assert len(sidecars) == 1, f"no finished picture 60 s after the restart; log:\n{second.logtext()}"
+    record = json.loads(sidecars[0].read_text())
     assert (record["id"], record["seed"], record["prompt"]) == (job["id"], job["seed"], job["prompt"])
     starts = [c for c in calls(model) if c["event"] == "start" and c["seed"] == job["seed"]]
     assert len(starts) == 2 and starts[1]["resumed_from"] >= 3   # resumed, not started over
