@@ -102,7 +102,7 @@ class Compact(Source):
         return self.data.nbytes
 
     def fill(self, b: int, y0: int, y1: int, out: np.ndarray, c0: int = 0) -> None:
-        row = np.empty(out.shape[::2], dtype=np.float32)            # one (channels, W) row: cache-sized
+        row = np.empty((out.shape[0], out.shape[2]), dtype=np.float32)   # one (channels, W) row: cache-sized
         for i, raw in enumerate(self.data[b, y0:y1, c0:c0 + out.shape[0]]):
             if self.dtype == "fp16":
                 fastops.f16_to_f32(raw, row)
