@@ -249,8 +249,9 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, blo
         # One of the two transforms is repeated: the weights' for every band, or the
         # input's (with its normalisation, upsampling...) for every piece. Repeat the
         # smaller total. (In channel blocks the input's transform, though not its
-        # filling, is repeated for every piece either way.)
-        if (len(bands) - 1) * (c1 - c0) <= (len(pieces) - 1) * B * ((H + 1) // 2) * tx:
+        # filling, is repeated for every piece either way; where even the filling is,
+        # as each block is filled on its own, the weights are transformed just once.)
+        if whole and (len(bands) - 1) * (c1 - c0) <= (len(pieces) - 1) * B * ((H + 1) // 2) * tx:
             for bi, y0 in bands:
                 v = fill_band(bi, y0)
                 for p0, p1 in pieces:

@@ -85,11 +85,16 @@ def test_small_bands_transform_the_input_in_channel_blocks_and_stay_exact(monkey
 
 def test_bands_too_small_for_all_channels_rows_fill_each_channel_block_and_stay_exact(monkeypatch):
     """Where even the padded input rows of all channels exceed band_bytes, each block of
-    channels is filled on its own (here straddling the upsampled part and the skip)."""
+    channels is filled on its own (here straddling the upsampled part and the skip), for
+    every piece of output channels: so each piece's weights are transformed just once,
+    not once per band."""
     if not blas.HAS_GEMM:
         pytest.skip("no cblas_sgemm in numpy's BLAS here")
     monkeypatch.setattr(ops, "WINO_MIN_TILES", 0)
     monkeypatch.setattr(ops, "WINO_SPLIT_TILES", 32)
+    calls = []
+    transform = fastops.wino_weights
+    monkeypatch.setattr(fastops, "wino_weights", lambda *a: calls.append(a) or transform(*a))
     a, s = randn(1, 20, 8, 8), randn(1, 28, 16, 16, scale=2.0)
     gamma, beta = randn(48), randn(48)
     src = Normalized(Concat(Upsampled(Dense(a), (16, 16)), Compact(s, "uint8")), gamma, beta, groups=8, eps=1e-5,
@@ -99,6 +104,7 @@ def test_bands_too_small_for_all_channels_rows_fill_each_channel_block_and_stay_
     ty, block = ops._winograd_plan(48, 16, 16, band_bytes)
     assert ty == 4 and block < 48 and not ops._winograd_fills_whole_band(48, ty, 16, band_bytes)
     got = ops.conv2d(src, wt, b, 1, band_bytes, threads=1)
+    assert len(calls) == 3            # 3 pieces of 8 output channels, 2 bands of 4 tile rows
     ref_in = torch.cat([F.interpolate(torch.from_numpy(a), size=(16, 16), mode="nearest"),
                         torch.from_numpy(Compact(s, "uint8").dense())], 1)
     ref_in = F.silu(F.group_norm(ref_in, 8, torch.from_numpy(gamma), torch.from_numpy(beta), 1e-5))
