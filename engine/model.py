@@ -54,6 +54,7 @@ class StreamedModel:
         elif options.mmap_threshold:
             memory.return_freed_arrays(options.mmap_threshold)
         self._recording: list[Group] | None = None
+        self._retaining = False
         self.cancel: threading.Event | None = None
         """When set, the next op raises Cancelled: a long evaluation stops within one op."""
 
@@ -86,7 +87,15 @@ class StreamedModel:
             return forward()
         finally:
             self.provider.end()
+            self.retain_freed_memory(False)
             self.trace.summary()
+
+    def retain_freed_memory(self, retain: bool) -> None:
+        """Keep options.retain_freed_bytes of freed heap for reuse (True), or return it (False)."""
+        if self.options.keep_freed_memory or not self.options.retain_freed_bytes or retain == self._retaining:
+            return
+        self._retaining = retain
+        memory.retain_freed(self.options.retain_freed_bytes if retain else 0)
 
     # -- weights ---------------------------------------------------------------
 

@@ -143,6 +143,8 @@ def test_unknown_preset_and_option(tiny_unet):
         UNet.load(tiny_unet.folder, slices=4)
     with pytest.raises(InputError, match="attention_slices"):
         UNet.load(tiny_unet.folder, attention_slices=0)
+    with pytest.raises(InputError, match="retain_freed_bytes' must be 0 \\(off\\) or more, got -1"):
+        UNet.load(tiny_unet.folder, retain_freed_bytes=-1)
 
 
 def test_bad_inputs_are_rejected_before_any_work(tiny_unet):

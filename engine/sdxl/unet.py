@@ -80,6 +80,7 @@ class UNet(StreamedModel):
     def down_block(self, i: int, h: Hidden, emb: np.ndarray, ctx: np.ndarray, skips: list[Source]) -> np.ndarray:
         """DownBlock2D / CrossAttnDownBlock2D; appends each output to `skips`."""
         h = _take(h)
+        self._retain_at(h)
         lv = self.config.down[i]
         for j in range(lv.layers):
             h = self.resnet(f"down_blocks.{i}.resnets.{j}", Dense(h), emb)
@@ -94,13 +95,16 @@ class UNet(StreamedModel):
     def mid_block(self, h: Hidden, emb: np.ndarray, ctx: np.ndarray) -> np.ndarray:
         """UNetMidBlock2DCrossAttn: resnet, transformer, resnet."""
         cfg = self.config
-        h = self.resnet("mid_block.resnets.0", Dense(_take(h)), emb)
+        h = _take(h)
+        self._retain_at(h)
+        h = self.resnet("mid_block.resnets.0", Dense(h), emb)
         h = self.transformer("mid_block.attentions.0", h, ctx, cfg.mid_depth, cfg.mid_heads)
         return self.resnet("mid_block.resnets.1", Dense(h), emb)
 
     def up_block(self, i: int, h: Hidden, emb: np.ndarray, ctx: np.ndarray, skips: list[Source]) -> np.ndarray:
         """UpBlock2D / CrossAttnUpBlock2D; pops its skips (hidden state first in each concat)."""
         h = _take(h)
+        self._retain_at(h)
         lv = self.config.up[i]
         for j in range(lv.layers + 1):
             h = self.resnet(f"up_blocks.{i}.resnets.{j}", Concat(Dense(h), skips.pop()), emb)
@@ -110,6 +114,11 @@ class UNet(StreamedModel):
             # Upsample to the next skip's size (exactly 2x unless a side was odd).
             h = self.conv(f"up_blocks.{i}.upsamplers.0.conv", Upsampled(Dense(h), skips[-1].shape[2:]))
         return h
+
+    def _retain_at(self, h: np.ndarray) -> None:
+        """Keep freed memory for reuse in a block whose input is small (see retain_freed_bytes)."""
+        if not self.planning:
+            self.retain_freed_memory(10 * h.nbytes <= self.options.retain_freed_bytes)
 
     def time_embedding(self, t: np.ndarray, text_embeds: np.ndarray, time_ids: np.ndarray) -> np.ndarray:
         cfg = self.config
