@@ -241,9 +241,12 @@ def test_attention_heads_on_worker_threads_match_one_thread():
 def test_attention_bands_hold_at_least_min_score_bytes(monkeypatch):
     bands = []
     monkeypatch.setattr(ops, "_attention_heads", lambda q, k, v, out, heads, d, band: bands.append(band))
-    q, kv = randn(1024, 128), randn(1024, 128)
+    assert ops.MIN_SCORE_BYTES == 4 << 20
+    q, kv = randn(2048, 128), randn(2048, 128)
     ops.attention(q, kv, kv, heads=2, slices=16, threads=1)
-    assert bands == [(1 << 20) // (4 * 1024)]            # 256 rows, not 64
+    assert bands == [(4 << 20) // (4 * 2048)]            # 512 rows, not 128
+    ops.attention(randn(1024, 128), randn(1024, 128), randn(1024, 128), heads=2, slices=4, threads=1)
+    assert bands[-1] == 1024                              # a 1024-token head is one band
     ops.attention(randn(4096, 128), randn(4096, 128), randn(4096, 128), heads=2, slices=16, threads=1)
     assert bands[-1] == 256                               # 16 slices of 4096 rows already hold 4 MB
     ops.attention(randn(300, 128), randn(77, 128), randn(77, 128), heads=2, slices=16, threads=1)
