@@ -7,7 +7,9 @@ Each kernel ``<name>`` exists three times:
 - ``<name>``: the one to use, ``c_<name>`` when ``BACKEND == "c"`` else ``np_<name>``.
 
 Both versions give the same bits (tests/test_fastops.py checks it), so the choice only
-changes speed. ``BACKEND`` is "c" when the module imports, unless the environment sets
+changes speed. ``c_attention_head`` (fused attention, for engine.ops.attention) is the
+exception: not elementwise, its twin is the BLAS path in engine/ops.py, which it matches
+to float32 rounding (tests/test_ops.py). ``BACKEND`` is "c" when the module imports, unless the environment sets
 ``SLOWFRAME_KERNELS=numpy``; ``SLOWFRAME_KERNELS=c`` makes a missing C module an
 ImportError instead of a silent fallback.
 
@@ -498,6 +500,24 @@ def np_layer_norm(x, gamma, beta, eps, out):
     return out
 
 
+def _check_attention(q, k, v, out):
+    for name, a in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if not isinstance(a, np.ndarray) or a.dtype != _F32 or a.ndim != 2:
+            raise ValueError(f"attention: {name} must be a 2-D float32 array, got "
+                             f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+        if a.shape[1] > 1 and a.strides[1] != 4 or a.strides[0] % 4 or a.strides[0] < 0:
+            raise ValueError(f"attention: {name} needs unit column stride and whole-float row strides, "
+                             f"got strides {a.strides}")
+    l, d = q.shape
+    if k.shape[1] != d or v.shape != k.shape or out.shape != q.shape:
+        raise ValueError(f"attention: q {q.shape}, k {k.shape}, v {v.shape}, out {out.shape}: "
+                         "k and v must be (lk, d) and out (l, d)")
+    if not out.flags.writeable:
+        raise ValueError("attention: out must be writeable")
+    _no_overlap(out, q, k, v)
+    return l, k.shape[0], d
+
+
 # ---------------------------------------------------------------- C kernels
 
 if _ckernels is not None:
@@ -588,6 +608,30 @@ if _ckernels is not None:
                                x.shape[0], x.shape[1], float(eps))
         return out
 
+    def _ptr(a):
+        return _ffi.cast("float *", a.__array_interface__["data"][0])
+
+    def c_attention_head(q, k, v, out, work, variant=0):
+        """softmax(q k^T) v for one head into out, by the fused C kernel: q (l, d)
+        already scaled, k and v (lk, d), out (l, d), each with unit column stride (rows
+        may be strided: a head's columns of a wider array); work from attention_work.
+        variant: 0 the best this CPU runs, 1 generic, 2 AVX2, 3 AVX-512. Returns False
+        where that build or this d (a multiple of 16 is needed) is not available."""
+        l, lk, d = _check_attention(q, k, v, out)
+        _arr("work", work, (_F32,), writable=True)
+        if work.size < attention_work(lk, d):
+            raise ValueError(f"work: {work.size} floats, needs attention_work({lk}, {d}) = {attention_work(lk, d)}")
+        if l == 0:
+            return True
+        rc = _lib.sf_attention_head(_ptr(q), q.strides[0] // 4, _ptr(k), k.strides[0] // 4, _ptr(v),
+                                    v.strides[0] // 4, _ptr(out), out.strides[0] // 4, l, lk, d,
+                                    _p("float[]", work), int(variant))
+        return rc == 0
+
+    def attention_work(lk, d):
+        """Floats of scratch c_attention_head needs for lk keys of d channels."""
+        return int(_lib.sf_attention_work(lk, d))
+
     def c_wino_weights(w, u, r0, r1):
         _check_wino_weights(w, u, r0, r1)
         if u.size:
@@ -608,6 +652,7 @@ if _ckernels is not None:
         return y
 
 else:
+    c_attention_head = attention_work = None
     c_softmax_rows = c_taps_first = c_layer_norm = None
     c_wino_weights = c_wino_input = c_wino_output = None
     c_f16_to_f32 = c_bf16_to_f32 = c_f32_to_f16 = None
@@ -630,3 +675,19 @@ wino_weights = c_wino_weights if _C else np_wino_weights
 wino_input = c_wino_input if _C else np_wino_input
 wino_output = c_wino_output if _C else np_wino_output
 del _C
+
+
+def fused_attention(d: int) -> bool:
+    """Whether attention heads of d channels run in the fused C kernel (c_attention_head):
+    the C kernels are in use, built with it, and d is a multiple of 16."""
+    return _FUSED_BUILT and d > 0 and d % 16 == 0
+
+
+def _fused_attention_built() -> bool:
+    if BACKEND != "c":
+        return False
+    one = np.ones((1, 16), np.float32)
+    return c_attention_head(one, one, one, np.empty_like(one), np.empty(attention_work(1, 16), np.float32))
+
+
+_FUSED_BUILT = _fused_attention_built()

@@ -385,33 +385,50 @@ MIN_SCORE_BYTES = 4 << 20
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, slices: int, threads: int = 1) -> np.ndarray:
-    """softmax(q k^T / sqrt(d)) v for each head, one head and one band of query rows at a time.
+    """softmax(q k^T / sqrt(d)) v for each head, one head at a time.
 
     q (L, C), k and v (Lk, C), C = heads * d. The scale is folded into q (which is
-    modified). The L query rows are cut into `slices` bands, or fewer where a band
-    would hold under MIN_SCORE_BYTES of scores. Heads are shared among `threads`
-    workers, each with one (band, Lk) score buffer; BLAS is single-threaded meanwhile,
-    since many small GEMMs scale better across heads than inside one call.
+    modified). Heads are shared among `threads` workers. Where the fused C kernel takes
+    heads of d channels (fastops.fused_attention) it works through a head 32 query rows
+    at a time; otherwise the L rows are cut into `slices` bands, or fewer where a band
+    would hold under MIN_SCORE_BYTES of scores, with two GEMMs per band and BLAS
+    single-threaded meanwhile, since many small GEMMs scale better across heads than
+    inside one call.
     """
     L, C = q.shape
     d = C // heads
     q *= np.float32(1.0 / math.sqrt(d))
     out = np.empty((L, C), dtype=np.float32)
-    band = min(L, max(math.ceil(L / slices), math.ceil(MIN_SCORE_BYTES / (4 * max(1, k.shape[0])))))
-    threads = max(1, min(threads, heads)) if blas.AVAILABLE else 1
+    threads = max(1, min(threads, heads))
+    if fastops.fused_attention(d):
+        k, v = (a if a.strides[1] == 4 else np.ascontiguousarray(a) for a in (k, v))
+        run, args = _fused_attention_heads, (q, k, v, out, d)
+    else:
+        band = min(L, max(math.ceil(L / slices), math.ceil(MIN_SCORE_BYTES / (4 * max(1, k.shape[0])))))
+        run, args = _attention_heads, (q, k, v, out, d, band)
+        if not blas.AVAILABLE:
+            threads = 1
     if threads == 1:
-        _attention_heads(q, k, v, out, range(heads), d, band)
+        run(*args, range(heads))
         return out
     with blas.single_threaded():
-        jobs = [worker_pool(threads).submit(_attention_heads, q, k, v, out, range(i, heads, threads), d, band)
-                for i in range(threads)]
+        jobs = [worker_pool(threads).submit(run, *args, range(i, heads, threads)) for i in range(threads)]
         for job in jobs:
             job.result()
     return out
 
 
-def _attention_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray, heads: range, d: int,
-                     band: int) -> None:
+def _fused_attention_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray, d: int,
+                           heads: range) -> None:
+    work = np.empty(fastops.attention_work(k.shape[0], d), dtype=np.float32)
+    for h in heads:
+        cols = slice(h * d, (h + 1) * d)
+        if not fastops.c_attention_head(q[:, cols], k[:, cols], v[:, cols], out[:, cols], work):
+            raise RuntimeError(f"the fused attention kernel refused a head of {d} channels")
+
+
+def _attention_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray, d: int, band: int,
+                     heads: range) -> None:
     L = q.shape[0]
     scores = np.empty((band, k.shape[0]), dtype=np.float32)
     sums = np.empty(band, dtype=np.float32)

@@ -26,8 +26,10 @@ class Options:
     """After reading a weight, tell the kernel to drop its file pages from the page cache,
     so a model larger than RAM does not push out everything else."""
     attention_slices: int = 4
-    """Query rows of each attention head are processed in this many bands (fewer where a
-    band would hold under 1 MB of scores: short sequences, prompts)."""
+    """Where attention runs as two BLAS GEMMs per band (no C kernels, or heads whose
+    channels are not a multiple of 16): the query rows of each head are processed in this
+    many bands (fewer where a band would hold under 4 MB of scores: short sequences,
+    prompts). The fused C kernel always works 32 rows at a time and needs no bands."""
     threads: int = 0
     """Worker threads for attention heads (0: one per CPU core)."""
     skip_dtype: str = "fp32"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -209,15 +211,96 @@ def test_geglu_and_gelu_match_torch_exact_erf():
     close(ops.gelu(p), F.gelu(torch.from_numpy(p)), tol=2e-6)
 
 
+@pytest.fixture(params=["fused", "bands"])
+def attention_path(request, monkeypatch):
+    """Heads whose channels are a multiple of 16 run in the fused C kernel when it is
+    built; others, and every head without it, in bands of two BLAS GEMMs: both must be
+    right."""
+    if request.param == "fused" and not fastops.fused_attention(16):
+        pytest.skip("the fused attention kernel is not built here")
+    if request.param == "bands":
+        monkeypatch.setattr(fastops, "fused_attention", lambda d: False)
+    return request.param
+
+
 @pytest.mark.parametrize("slices", [1, 3, 16, 1000])
 @pytest.mark.parametrize("lk", [77, 154, 300])
-def test_sliced_attention_matches_torch_sdpa(slices, lk, monkeypatch):
+def test_sliced_attention_matches_torch_sdpa(slices, lk, monkeypatch, attention_path):
     monkeypatch.setattr(ops, "MIN_SCORE_BYTES", 4)   # let these small heads be cut as finely as asked
     heads, d, L = 4, 16, 50
     q, k, v = randn(L, heads * d), randn(lk, heads * d), randn(lk, heads * d)
     split = lambda t: torch.from_numpy(t).reshape(-1, heads, d).transpose(0, 1)  # noqa: E731
     expected = F.scaled_dot_product_attention(split(q), split(k), split(v)).transpose(0, 1).reshape(L, heads * d)
     close(ops.attention(q.copy(), k, v, heads, slices), expected)
+
+
+def sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int) -> torch.Tensor:
+    split = lambda t: torch.from_numpy(t).reshape(t.shape[0], heads, -1).transpose(0, 1)  # noqa: E731
+    return F.scaled_dot_product_attention(split(q), split(k), split(v)).transpose(0, 1).reshape(q.shape[0], -1)
+
+
+CPU_VARIANTS = {1: "generic", 2: "avx2", 3: "avx512"}
+
+
+@pytest.mark.parametrize("variant", sorted(CPU_VARIANTS))
+@pytest.mark.parametrize("L,lk,heads,d", [
+    (4096, 4096, 1, 64),    # SDXL's 128x128 level: whole 32-row blocks and 32-key panels
+    (1000, 1024, 2, 64),    # a last block of 8 rows
+    (70, 77, 3, 64),        # a prompt: a last key panel of 13, a last block of 6 rows
+    (33, 300, 2, 80),       # channels left over from whole value tiles
+    (5, 1, 2, 16),          # one key
+    (1, 17, 1, 512),        # one query row; the VAE's one wide head
+])
+def test_fused_attention_matches_torch_sdpa_on_every_cpu_build(variant, L, lk, heads, d):
+    if fastops.c_attention_head is None:
+        pytest.skip("C kernels not built")
+    q, k, v = randn(L, heads * d), randn(lk, heads * d), randn(lk, heads * d)
+    out = np.empty_like(q)
+    scaled = q * np.float32(1 / np.sqrt(d))
+    work = np.empty(fastops.attention_work(lk, d), np.float32)
+    for h in range(heads):
+        cols = slice(h * d, (h + 1) * d)
+        if not fastops.c_attention_head(scaled[:, cols], k[:, cols], v[:, cols], out[:, cols], work, variant):
+            assert variant != 1, "the generic build runs wherever the kernel is built"
+            pytest.skip(f"this CPU cannot run the {CPU_VARIANTS[variant]} build")
+    close(out, sdpa(q, k, v, heads))
+
+
+def test_fused_attention_flushes_far_scores_and_keeps_a_nan_to_its_row():
+    if not fastops.fused_attention(16):
+        pytest.skip("the fused attention kernel is not built here")
+    heads, d = 2, 16
+    q, k, v = randn(40, heads * d, scale=4.0), randn(90, heads * d, scale=4.0), randn(90, heads * d)
+    close(ops.attention(q.copy(), k, v, heads, 4), sdpa(q, k, v, heads))   # scores spread far past exp's flush
+    q[7, 3] = np.nan
+    got = ops.attention(q.copy(), k, v, heads, 4)
+    assert np.isnan(got[7, :d]).all()
+    assert not np.isnan(np.delete(got, 7, axis=0)).any() and not np.isnan(got[7, d:]).any()
+
+
+def test_fused_attention_takes_heads_of_16_channel_multiples_only():
+    if not fastops.fused_attention(16):
+        pytest.skip("the fused attention kernel is not built here")
+    assert [d for d in range(1, 129) if fastops.fused_attention(d)] == list(range(16, 129, 16))
+    q = randn(4, 8)
+    assert not fastops.c_attention_head(q, q, q, np.empty_like(q), np.empty(fastops.attention_work(4, 8), np.float32))
+
+
+@pytest.mark.parametrize("bad,message", [
+    (lambda q, k, v, o, w: (q.astype(np.float64), k, v, o, w), "q must be a 2-D float32 array"),
+    (lambda q, k, v, o, w: (q, k[:, :8], v, o, w), "k and v must be (lk, d)"),
+    (lambda q, k, v, o, w: (q, k, v[:5], o, w), "k and v must be (lk, d)"),
+    (lambda q, k, v, o, w: (q, k, v, o[:, ::2], w), "unit column stride"),
+    (lambda q, k, v, o, w: (q, k, v, q, w), "out overlaps an input"),
+    (lambda q, k, v, o, w: (q, k, v, o, w[:10]), "needs attention_work"),
+])
+def test_fused_attention_refuses_arrays_it_cannot_take(bad, message):
+    if fastops.c_attention_head is None:
+        pytest.skip("C kernels not built")
+    q, k, v = randn(6, 32), randn(9, 32), randn(9, 32)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fastops.c_attention_head(*bad(q, k, v, np.empty((6, 64), np.float32)[:, :32],
+                                      np.empty(fastops.attention_work(9, 32), np.float32)))
 
 
 @pytest.mark.parametrize("dim,flip,shift", [(320, True, 0.0), (8, True, 0.0), (256, False, 1.0), (7, True, 0.0)])
@@ -230,7 +313,7 @@ def test_timestep_embedding_matches_diffusers(dim, flip, shift):
     close(got[:2], expected[:2], tol=2e-6)
 
 
-def test_attention_heads_on_worker_threads_match_one_thread():
+def test_attention_heads_on_worker_threads_match_one_thread(attention_path):
     heads, d, L = 6, 16, 70
     q, k, v = randn(L, heads * d), randn(L, heads * d), randn(L, heads * d)
     one = ops.attention(q.copy(), k, v, heads, 3, threads=1)
@@ -240,7 +323,8 @@ def test_attention_heads_on_worker_threads_match_one_thread():
 
 def test_attention_bands_hold_at_least_min_score_bytes(monkeypatch):
     bands = []
-    monkeypatch.setattr(ops, "_attention_heads", lambda q, k, v, out, heads, d, band: bands.append(band))
+    monkeypatch.setattr(fastops, "fused_attention", lambda d: False)
+    monkeypatch.setattr(ops, "_attention_heads", lambda q, k, v, out, d, band, heads: bands.append(band))
     assert ops.MIN_SCORE_BYTES == 4 << 20
     q, kv = randn(2048, 128), randn(2048, 128)
     ops.attention(q, kv, kv, heads=2, slices=16, threads=1)
