@@ -389,7 +389,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, slices: i
 
     q (L, C), k and v (Lk, C), C = heads * d. The scale is folded into q (which is
     modified). Heads are shared among `threads` workers. Where the fused C kernel takes
-    heads of d channels (fastops.fused_attention) it works through a head 32 query rows
+    heads of d channels (fastops.fused_attention) it works through a head 64 query rows
     at a time; otherwise the L rows are cut into `slices` bands, or fewer where a band
     would hold under MIN_SCORE_BYTES of scores, with two GEMMs per band and BLAS
     single-threaded meanwhile, since many small GEMMs scale better across heads than

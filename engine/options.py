@@ -29,7 +29,7 @@ class Options:
     """Where attention runs as two BLAS GEMMs per band (no C kernels, or heads whose
     channels are not a multiple of 16): the query rows of each head are processed in this
     many bands (fewer where a band would hold under 4 MB of scores: short sequences,
-    prompts). The fused C kernel always works 32 rows at a time and needs no bands."""
+    prompts). The fused C kernel always works 64 rows at a time and needs no bands."""
     threads: int = 0
     """Worker threads for attention heads (0: one per CPU core)."""
     skip_dtype: str = "fp32"

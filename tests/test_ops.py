@@ -244,8 +244,8 @@ CPU_VARIANTS = {1: "generic", 2: "avx2", 3: "avx512"}
 
 @pytest.mark.parametrize("variant", sorted(CPU_VARIANTS))
 @pytest.mark.parametrize("L,lk,heads,d", [
-    (4096, 4096, 1, 64),    # SDXL's 128x128 level: whole 32-row blocks and 32-key panels
-    (1000, 1024, 2, 64),    # a last block of 8 rows
+    (4096, 4096, 1, 64),    # SDXL's 128x128 level: whole 64-row blocks and 32-key panels
+    (1000, 1024, 2, 64),    # a last block of 40 rows
     (70, 77, 3, 64),        # a prompt: a last key panel of 13, a last block of 6 rows
     (33, 300, 2, 80),       # channels left over from whole value tiles
     (5, 1, 2, 16),          # one key
