@@ -266,6 +266,18 @@ def test_fused_attention_matches_torch_sdpa_on_every_cpu_build(variant, L, lk, h
     close(out, sdpa(q, k, v, heads))
 
 
+@pytest.mark.parametrize("L,lk,heads,d", [(300, 4096, 1, 64), (1024, 1024, 2, 64), (70, 77, 4, 32)])
+def test_fused_attention_matches_the_blas_band_path_to_float32_rounding(L, lk, heads, d, monkeypatch):
+    if not fastops.fused_attention(d):
+        pytest.skip("the fused attention kernel is not built here")
+    q, k, v = randn(L, heads * d), randn(lk, heads * d), randn(lk, heads * d)
+    fused = ops.attention(q.copy(), k, v, heads, 4)
+    monkeypatch.setattr(fastops, "fused_attention", lambda d: False)
+    bands = ops.attention(q.copy(), k, v, heads, 4)
+    # the sums run in another order (FMA, 32-key panels) than BLAS's: a few float32 ulps apart
+    assert np.abs(fused - bands).max() <= 2e-6 * max(1.0, np.abs(bands).max())
+
+
 def test_fused_attention_flushes_far_scores_and_keeps_a_nan_to_its_row():
     if not fastops.fused_attention(16):
         pytest.skip("the fused attention kernel is not built here")
