@@ -38,6 +38,7 @@ void sf_wino_input(const float *p, float *v, size_t cin, size_t prow, size_t pco
 void sf_wino_output(const float *m, float *y, size_t cout, size_t ty, size_t tx, size_t c0, size_t c1);
 void sf_layer_norm(const float *x, const float *gamma, const float *beta, float *out, size_t rows, size_t cols,
                    float eps);
+void sf_row_moments(const float *x, size_t ld, size_t rows, size_t cols, double *mean, double *m2);
 size_t sf_attention_work(size_t lk, size_t d);
 int sf_attention_head(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
                       float *out, size_t ldo, size_t l, size_t lk, size_t d, float *work, int variant);
@@ -450,6 +451,40 @@ void sf_layer_norm(const float *restrict x, const float *restrict gamma, const f
         float rstd = (float)(1.0 / sqrt(sf_lanes_sum(sq) / (double)cols + (double)eps));
         for (size_t i = 0; i < cols; i++)
             o[i] = ((xr[i] - mean) * rstd) * gamma[i] + beta[i];
+    }
+}
+
+/* Per row of x (rows x cols, row stride ld): the mean, summed in double lanes as
+   sf_layer_norm does, and m2, the sum of squares of (double)(x - (float)mean) in the
+   same lane order: one band's per-channel statistics for GroupNorm, which merges them
+   across bands (Chan's formula) and the channels of a group. */
+SF_CLONES
+void sf_row_moments(const float *restrict x, size_t ld, size_t rows, size_t cols, double *restrict mean,
+                    double *restrict m2)
+{
+    size_t body = cols / SF_LANES * SF_LANES;
+    for (size_t r = 0; r < rows; r++) {
+        const float *restrict xr = x + r * ld;
+        double acc[SF_LANES] = {0};
+        for (size_t i = 0; i < body; i += SF_LANES)
+            for (int j = 0; j < SF_LANES; j++)
+                acc[j] += (double)xr[i + j];
+        for (size_t i = body; i < cols; i++)
+            acc[i - body] += (double)xr[i];
+        double mu = sf_lanes_sum(acc) / (double)cols;
+        float m = (float)mu;
+        double sq[SF_LANES] = {0};
+        for (size_t i = 0; i < body; i += SF_LANES)
+            for (int j = 0; j < SF_LANES; j++) {
+                double d = (double)(xr[i + j] - m);
+                sq[j] += d * d;
+            }
+        for (size_t i = body; i < cols; i++) {
+            double d = (double)(xr[i] - m);
+            sq[i - body] += d * d;
+        }
+        mean[r] = mu;
+        m2[r] = sf_lanes_sum(sq);
     }
 }
 """

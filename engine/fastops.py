@@ -36,6 +36,7 @@ __all__ = [
     "softmax_rows",
     "taps_first",
     "layer_norm",
+    "row_moments",
     "wino_weights",
     "wino_input",
     "wino_output",
@@ -500,6 +501,39 @@ def np_layer_norm(x, gamma, beta, eps, out):
     return out
 
 
+_F64 = np.dtype(np.float64)
+
+
+def _check_row_moments(x, mean, m2):
+    if not isinstance(x, np.ndarray) or x.dtype != _F32 or x.ndim != 2:
+        raise ValueError(f"row_moments: x must be a 2-D float32 array, got "
+                         f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+    if x.shape[1] > 1 and x.strides[1] != 4 or x.strides[0] % 4 or x.strides[0] < 0:
+        raise ValueError(f"row_moments: x needs unit column stride and whole-float row strides, got {x.strides}")
+    if x.shape[1] == 0:
+        raise ValueError("row_moments: rows of x must not be empty")
+    _arr("mean", mean, (_F64,), writable=True)
+    _arr("m2", m2, (_F64,), writable=True)
+    if mean.shape != (x.shape[0],) or m2.shape != (x.shape[0],):
+        raise ValueError(f"row_moments: mean and m2 must be ({x.shape[0]},); got {mean.shape}, {m2.shape}")
+
+
+def np_row_moments(x, mean, m2):
+    """Each row of x (rows, cols; rows may be strided): mean (float64, summed in the C
+    kernel's lane order) and m2 = sum of (x - float32(mean))^2 in float64, into mean and m2."""
+    _check_row_moments(x, mean, m2)
+    rows, cols = x.shape
+    step = max(1, _BLOCK // cols)
+    for i in range(0, rows, step):
+        xs = x[i:i + step]
+        mu = _lanes_sum(xs.astype(np.float64), cols) / cols
+        d = (xs - mu.astype(np.float32)[:, None]).astype(np.float64)
+        d *= d
+        mean[i:i + step] = mu
+        m2[i:i + step] = _lanes_sum(d, cols)
+    return mean, m2
+
+
 def _check_attention(q, k, v, out):
     for name, a in (("q", q), ("k", k), ("v", v), ("out", out)):
         if not isinstance(a, np.ndarray) or a.dtype != _F32 or a.ndim != 2:
@@ -611,6 +645,13 @@ if _ckernels is not None:
     def _ptr(a):
         return _ffi.cast("float *", a.__array_interface__["data"][0])
 
+    def c_row_moments(x, mean, m2):
+        _check_row_moments(x, mean, m2)
+        if x.shape[0]:
+            _lib.sf_row_moments(_ptr(x), x.strides[0] // 4, x.shape[0], x.shape[1], _p("double[]", mean),
+                                _p("double[]", m2))
+        return mean, m2
+
     def c_attention_head(q, k, v, out, work, variant=0):
         """softmax(q k^T) v for one head into out, by the fused C kernel: q (l, d)
         already scaled, k and v (lk, d), out (l, d), each with unit column stride (rows
@@ -652,7 +693,7 @@ if _ckernels is not None:
         return y
 
 else:
-    c_attention_head = attention_work = None
+    c_attention_head = attention_work = c_row_moments = None
     c_softmax_rows = c_taps_first = c_layer_norm = None
     c_wino_weights = c_wino_input = c_wino_output = None
     c_f16_to_f32 = c_bf16_to_f32 = c_f32_to_f16 = None
@@ -671,6 +712,7 @@ geglu = c_geglu if _C else np_geglu
 softmax_rows = c_softmax_rows if _C else np_softmax_rows
 taps_first = c_taps_first if _C else np_taps_first
 layer_norm = c_layer_norm if _C else np_layer_norm
+row_moments = c_row_moments if _C else np_row_moments
 wino_weights = c_wino_weights if _C else np_wino_weights
 wino_input = c_wino_input if _C else np_wino_input
 wino_output = c_wino_output if _C else np_wino_output

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine import fastops
+from engine.parallel import in_parallel
 
 PERCENTILE_SAMPLES = 1 << 20
 
@@ -227,7 +228,7 @@ def group_stats(src: Source, groups: int, eps: float) -> tuple[np.ndarray, np.nd
     mean = np.empty((B, groups))
     rstd = np.empty((B, groups))
     scratch = np.empty((C, step, W), dtype=np.float32)
-    centred = np.empty((C, step, W), dtype=np.float32)
+    bm, bm2 = np.empty(C), np.empty(C)
     for b in range(B):
         n = 0
         m = np.zeros(C)
@@ -235,9 +236,10 @@ def group_stats(src: Source, groups: int, eps: float) -> tuple[np.ndarray, np.nd
         for y0 in range(0, H, step):
             x = src.band(b, y0, min(H, y0 + step), scratch)
             k = x.shape[1] * W
-            bm = x.mean(axis=(1, 2), dtype=np.float64)
-            d = np.subtract(x, bm[:, None, None].astype(np.float32), out=centred[:, :x.shape[1]])
-            bm2 = np.einsum("cij,cij->c", d, d, dtype=np.float64)
+            rows = x.reshape(C, k)   # no copy where a channel's rows of the band are contiguous
+            if k > 1 and rows.strides[1] != 4:   # channels-last memory: copy it (the band's size at most)
+                rows = np.ascontiguousarray(rows)
+            in_parallel(lambda c0, c1: fastops.row_moments(rows[c0:c1], bm[c0:c1], bm2[c0:c1]), 0, C, rows.size)
             delta = bm - m
             m2 += bm2 + delta * delta * (n * k / (n + k))
             m += delta * (k / (n + k))

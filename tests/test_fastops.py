@@ -16,7 +16,7 @@ NOT_BUILT = "engine._ckernels is not built (no C compiler at install time): only
 needs_c = pytest.mark.skipif(not C_BUILT, reason=NOT_BUILT)
 
 NAMES = ["f16_to_f32", "bf16_to_f32", "f32_to_f16", "dequant_u8_rows", "dequant_u8", "quant_u8", "gelu_erf", "geglu",
-         "softmax_rows", "taps_first", "layer_norm", "wino_weights", "wino_input", "wino_output"]
+         "softmax_rows", "taps_first", "layer_norm", "row_moments", "wino_weights", "wino_input", "wino_output"]
 
 
 def impls(name):
@@ -726,6 +726,50 @@ def test_layer_norm_c_vs_numpy_bits(shape, scale):
     for eps in (1e-5, 1e-6):
         assert_same_bits(fo.c_layer_norm(x, gamma, beta, eps, np.empty_like(x)),
                          fo.np_layer_norm(x, gamma, beta, eps, np.empty_like(x)))
+
+
+# ---------------------------------------------------------------- row_moments
+
+def strided_rows(shape, seed, scale=1.0, offset=0.0):
+    """Random rows, each followed by a gap: a channel's band rows inside a wider buffer."""
+    rows, cols = shape
+    buf = (np.random.default_rng(seed).standard_normal((rows, cols + 5)) * scale + offset).astype(np.float32)
+    return buf[:, :cols]
+
+
+@impls("row_moments")
+@pytest.mark.parametrize("shape", LAYER_NORM_SHAPES)
+@pytest.mark.parametrize("offset", [0.0, 300.0])       # a mean far above the spread must not cost precision
+def test_row_moments_vs_float64(fn, shape, offset):
+    x = strided_rows(shape, 6, 2.0, offset)
+    mean, m2 = fn(x, np.empty(shape[0]), np.empty(shape[0]))
+    x64 = x.astype(np.float64)
+    assert np.allclose(mean, x64.mean(1), rtol=1e-12, atol=1e-12)
+    assert np.allclose(m2, ((x64 - x64.mean(1, keepdims=True)) ** 2).sum(1), rtol=1e-6, atol=1e-9)
+
+
+@needs_c
+@pytest.mark.parametrize("shape", LAYER_NORM_SHAPES + [(320, 3200)])
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+def test_row_moments_c_vs_numpy_bits(shape, scale):
+    x = strided_rows(shape, 7, scale, scale)
+    c = fo.c_row_moments(x, np.empty(shape[0]), np.empty(shape[0]))
+    n = fo.np_row_moments(x, np.empty(shape[0]), np.empty(shape[0]))
+    for a, b in zip(c, n):
+        assert np.array_equal(a.view(np.uint64), b.view(np.uint64))
+
+
+@impls("row_moments")
+def test_row_moments_rejects_what_it_cannot_take(fn):
+    x = np.zeros((4, 8), np.float32)
+    with pytest.raises(ValueError, match="mean and m2 must be"):
+        fn(x, np.empty(3), np.empty(4))
+    with pytest.raises(ValueError, match="float32"):
+        fn(x.astype(np.float64), np.empty(4), np.empty(4))
+    with pytest.raises(ValueError, match="unit column stride"):
+        fn(np.zeros((4, 16), np.float32)[:, ::2], np.empty(4), np.empty(4))
+    with pytest.raises(ValueError, match="must not be empty"):
+        fn(np.zeros((4, 0), np.float32), np.empty(4), np.empty(4))
 
 
 @impls("layer_norm")
