@@ -401,7 +401,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, slices: i
     out = np.empty((L, C), dtype=np.float32)
     threads = max(1, min(threads, heads))
     if fastops.fused_attention(d):
-        k, v = (a if a.strides[1] == 4 else np.ascontiguousarray(a) for a in (k, v))
+        q, k, v = (a if a.strides[1] == 4 else np.ascontiguousarray(a) for a in (q, k, v))
         run, args = _fused_attention_heads, (q, k, v, out, d)
     else:
         band = min(L, max(math.ceil(L / slices), math.ceil(MIN_SCORE_BYTES / (4 * max(1, k.shape[0])))))

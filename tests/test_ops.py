@@ -333,6 +333,14 @@ def test_attention_heads_on_worker_threads_match_one_thread(attention_path):
         assert np.allclose(ops.attention(q.copy(), k, v, heads, 3, threads=threads), one, rtol=1e-5, atol=1e-6)
 
 
+def test_attention_takes_inputs_with_strided_columns(attention_path):
+    heads, d, L = 2, 16, 40
+    q, k, v = randn(L, heads * d), randn(30, heads * d), randn(30, heads * d)
+    expected = ops.attention(q.copy(), k, v, heads, 4)
+    got = ops.attention(np.asfortranarray(q), np.asfortranarray(k), np.asfortranarray(v), heads, 4)
+    assert np.allclose(got, expected, rtol=1e-6, atol=1e-7)
+
+
 def test_attention_bands_hold_at_least_min_score_bytes(monkeypatch):
     bands = []
     monkeypatch.setattr(fastops, "fused_attention", lambda d: False)
