@@ -48,9 +48,25 @@ _CHOICE = os.environ.get("SLOWFRAME_KERNELS", "").strip().lower()
 if _CHOICE not in ("", "auto", "c", "numpy"):
     raise ImportError(f"SLOWFRAME_KERNELS={_CHOICE!r}: use 'c', 'numpy' or leave it unset")
 
+# The functions engine/_kernels_build.py defines. A module built from older sources (a
+# `git pull` without rebuilding) lacks the newer ones and counts as not built.
+C_FUNCTIONS = ("sf_f16_to_f32", "sf_bf16_to_f32", "sf_f32_to_f16", "sf_dequant_u8_rows", "sf_dequant_u8",
+               "sf_quant_u8", "sf_gelu_erf", "sf_geglu", "sf_softmax_rows", "sf_taps_first", "sf_wino_weights",
+               "sf_wino_input", "sf_wino_output", "sf_layer_norm", "sf_row_moments", "sf_attention_work",
+               "sf_attention_head")
+
+
+def missing_functions(lib: object) -> list[str]:
+    """The C_FUNCTIONS a built kernels module lacks."""
+    return [name for name in C_FUNCTIONS if not hasattr(lib, name)]
+
+
 try:
     from engine import _ckernels
-except ImportError as exc:  # not built (no compiler at install time) or built for another Python
+    if missing_functions(_ckernels.lib):
+        raise ImportError(f"engine._ckernels was built from older sources: it has no "
+                          f"{', '.join(missing_functions(_ckernels.lib))}")
+except ImportError as exc:  # not built (no compiler at install time), built for another Python, or stale
     _ckernels = None
     if _CHOICE == "c":
         raise ImportError(
@@ -65,7 +81,8 @@ def fallback_warning() -> str | None:
     (the model still works, but an evaluation takes 1.5-2x longer); None otherwise."""
     if BACKEND == "c" or _CHOICE == "numpy":
         return None
-    return (f"slowframe's C kernels are not built for this Python, so the engine runs their numpy fallbacks: "
+    return (f"slowframe's C kernels are not built for this Python (or were built from older sources), so the "
+            f"engine runs their numpy fallbacks: "
             f"pictures take 1.5-2x longer. To fix, {BUILD_HINT}; set SLOWFRAME_KERNELS=numpy to silence this.")
 
 # elements per block in the numpy fallbacks: keeps their temporaries in L2 instead of

@@ -76,6 +76,22 @@ def test_backend_and_dispatch():
         assert fo.BACKEND == "numpy"
 
 
+def test_the_list_of_c_functions_is_the_build_scripts():
+    import re
+
+    import engine._kernels_build as build
+    assert set(fo.C_FUNCTIONS) == set(re.findall(r"\b(sf_\w+)\(", build.CDEF))
+
+
+def test_a_kernels_module_built_from_older_sources_counts_as_missing_functions():
+    class Stale:
+        sf_f16_to_f32 = sf_layer_norm = object()
+    missing = fo.missing_functions(Stale())
+    assert "sf_attention_head" in missing and "sf_f16_to_f32" not in missing
+    if C_BUILT:
+        assert fo.missing_functions(fo._ckernels.lib) == []
+
+
 def _backend_with(env_value):
     env = dict(os.environ, SLOWFRAME_KERNELS=env_value)
     code = "import engine.fastops as f; print(f.BACKEND, f.gelu_erf is f.np_gelu_erf)"
