@@ -663,8 +663,8 @@ ATTENTION_SOURCE = r"""
 /* Fused attention for one head: softmax(q k^T) v, 64 query rows at a time. Their
    scores (64 x lk) are computed, exponentiated and multiplied by V while they sit in
    L2, so no band of scores ever goes to memory (the BLAS path writes, reads and
-   rewrites a whole band: measured 244 -> 190 ms for 10 heads of 4096 tokens on two
-   AVX-512 cores, 35 -> 25 ms for 20 heads of 1024). Multiply-adds are contracted into
+   rewrites a whole band: measured 247 -> 199 ms for 10 heads of 4096 tokens on two
+   AVX-512 cores, 34.7 -> 24.5 ms for 20 heads of 1024). Multiply-adds are contracted into
    FMAs (here only): the sums run in another order than any BLAS's anyway, so this
    kernel matches the BLAS path to float32 rounding, not bit for bit. Needs GNU C
    vector extensions; elsewhere sf_attention_head returns -1 and callers use BLAS. */
