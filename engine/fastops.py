@@ -63,9 +63,9 @@ def missing_functions(lib: object) -> list[str]:
 
 try:
     from engine import _ckernels
-    if missing_functions(_ckernels.lib):
-        raise ImportError(f"engine._ckernels was built from older sources: it has no "
-                          f"{', '.join(missing_functions(_ckernels.lib))}")
+    _missing = missing_functions(_ckernels.lib)
+    if _missing:
+        raise ImportError(f"engine._ckernels was built from older sources: it has no {', '.join(_missing)}")
 except ImportError as exc:  # not built (no compiler at install time), built for another Python, or stale
     _ckernels = None
     if _CHOICE == "c":
@@ -497,6 +497,18 @@ def _check_layer_norm(x, gamma, beta, out):
     _no_overlap(out, x)
 
 
+def _np_moments(xs, centred):
+    """sf_moments for each row of xs (rows, cols): the float64 mean and the sum of squares
+    of (xs - float32(mean)) in float64, both in the C kernel's lane order; the centred
+    rows go to `centred`."""
+    cols = xs.shape[1]
+    mean = _lanes_sum(xs.astype(np.float64), cols) / cols
+    np.subtract(xs, mean.astype(np.float32)[:, None], out=centred)
+    d2 = centred.astype(np.float64)
+    d2 *= d2
+    return mean, _lanes_sum(d2, cols)
+
+
 def np_layer_norm(x, gamma, beta, eps, out):
     """LayerNorm over each row of x (rows, cols): mean and variance summed in float64
     (in the C kernel's lane order), the normalisation in float32."""
@@ -506,12 +518,9 @@ def np_layer_norm(x, gamma, beta, eps, out):
         return out
     step = max(1, _BLOCK // cols)
     for i in range(0, rows, step):
-        xs = x[i:i + step]
-        mean = (_lanes_sum(xs.astype(np.float64), cols) / cols).astype(np.float32)
-        d = np.subtract(xs, mean[:, None], out=out[i:i + step])
-        d2 = d.astype(np.float64)
-        d2 *= d2
-        rstd = (1.0 / np.sqrt(_lanes_sum(d2, cols) / cols + np.float64(np.float32(eps)))).astype(np.float32)
+        d = out[i:i + step]
+        _, m2 = _np_moments(x[i:i + step], d)
+        rstd = (1.0 / np.sqrt(m2 / cols + np.float64(np.float32(eps)))).astype(np.float32)
         d *= rstd[:, None]
         d *= gamma
         d += beta
@@ -521,12 +530,19 @@ def np_layer_norm(x, gamma, beta, eps, out):
 _F64 = np.dtype(np.float64)
 
 
+def _strided_rows(kernel, name, a):
+    """Check that `a` is a 2-D float32 array whose rows the C kernels can walk with a row
+    stride: unit column stride, a whole number of floats between rows."""
+    if not isinstance(a, np.ndarray) or a.dtype != _F32 or a.ndim != 2:
+        raise ValueError(f"{kernel}: {name} must be a 2-D float32 array, got "
+                         f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+    if a.shape[1] > 1 and a.strides[1] != 4 or a.strides[0] % 4 or a.strides[0] < 0:
+        raise ValueError(f"{kernel}: {name} needs unit column stride and whole-float row strides, "
+                         f"got strides {a.strides}")
+
+
 def _check_row_moments(x, mean, m2):
-    if not isinstance(x, np.ndarray) or x.dtype != _F32 or x.ndim != 2:
-        raise ValueError(f"row_moments: x must be a 2-D float32 array, got "
-                         f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
-    if x.shape[1] > 1 and x.strides[1] != 4 or x.strides[0] % 4 or x.strides[0] < 0:
-        raise ValueError(f"row_moments: x needs unit column stride and whole-float row strides, got {x.strides}")
+    _strided_rows("row_moments", "x", x)
     if x.shape[1] == 0:
         raise ValueError("row_moments: rows of x must not be empty")
     _arr("mean", mean, (_F64,), writable=True)
@@ -541,24 +557,16 @@ def np_row_moments(x, mean, m2):
     _check_row_moments(x, mean, m2)
     rows, cols = x.shape
     step = max(1, _BLOCK // cols)
+    centred = np.empty((min(step, rows), cols), dtype=np.float32)
     for i in range(0, rows, step):
         xs = x[i:i + step]
-        mu = _lanes_sum(xs.astype(np.float64), cols) / cols
-        d = (xs - mu.astype(np.float32)[:, None]).astype(np.float64)
-        d *= d
-        mean[i:i + step] = mu
-        m2[i:i + step] = _lanes_sum(d, cols)
+        mean[i:i + step], m2[i:i + step] = _np_moments(xs, centred[:xs.shape[0]])
     return mean, m2
 
 
 def _check_attention(q, k, v, out):
     for name, a in (("q", q), ("k", k), ("v", v), ("out", out)):
-        if not isinstance(a, np.ndarray) or a.dtype != _F32 or a.ndim != 2:
-            raise ValueError(f"attention: {name} must be a 2-D float32 array, got "
-                             f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
-        if a.shape[1] > 1 and a.strides[1] != 4 or a.strides[0] % 4 or a.strides[0] < 0:
-            raise ValueError(f"attention: {name} needs unit column stride and whole-float row strides, "
-                             f"got strides {a.strides}")
+        _strided_rows("attention", name, a)
     l, d = q.shape
     if k.shape[1] != d or v.shape != k.shape or out.shape != q.shape:
         raise ValueError(f"attention: q {q.shape}, k {k.shape}, v {v.shape}, out {out.shape}: "
