@@ -1,7 +1,9 @@
-"""Builds the optional C kernels (engine._ckernels, see engine/_kernels_build.py).
+"""Builds the optional C modules: engine.kernels._ckernels (engine/kernels/build.py) and
+frame.display._cdither (frame/display/dither_build.py).
 
 Metadata lives in pyproject.toml. Without a working C compiler the install still
-succeeds: engine.fastops then uses its numpy fallbacks (same results, slower).
+succeeds: engine.kernels and frame.display.dither then use their numpy twins (same
+results, slower).
 """
 
 import sys
@@ -41,5 +43,5 @@ class OptionalBuildExt(build_ext):
 
 setup(
     cmdclass={"build_ext": OptionalBuildExt},
-    cffi_modules=["engine/_kernels_build.py:ffibuilder", "frame/_dither_build.py:ffibuilder"],
+    cffi_modules=["engine/kernels/build.py:ffibuilder", "frame/display/dither_build.py:ffibuilder"],
 )

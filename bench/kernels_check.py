@@ -14,10 +14,10 @@ import sys
 def require_c_kernels() -> str:
     """The kernel backend in use ("c", or "numpy" when asked for); exits when the C
     kernels are missing and nobody asked for numpy."""
-    from engine import fastops
+    from engine import kernels
 
-    if fastops.fallback_warning() is None:
-        return fastops.BACKEND
+    if kernels.fallback_warning() is None:
+        return kernels.BACKEND
     sys.exit(f"the engine's C kernels are not built for this Python, so every kernel would run its numpy fallback "
-             f"and the figures would not describe the engine. To fix, {fastops.BUILD_HINT}; or set "
+             f"and the figures would not describe the engine. To fix, {kernels.BUILD_HINT}; or set "
              f"SLOWFRAME_KERNELS=numpy to time the fallback on purpose.")

@@ -4,7 +4,7 @@
     python3 bench/linear_convert.py --reps 15
 
 diffusers keeps every weight resident in fp32; the engine stores fp16 and converts each
-weight to fp32 (engine.fastops, on all cores) just before its GEMM. This measures, for
+weight to fp32 (engine.kernels, on all cores) just before its GEMM. This measures, for
 every distinct linear shape of one 128x128 SDXL UNet evaluation (batch 1), the GEMM on a
 resident fp32 weight and the same GEMM preceded by that conversion, and scales both by
 how often the shape occurs in an evaluation (the cached cross-attention K/V excluded).
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import engine  # noqa: E402,F401  (before numpy: OpenBLAS thread settings)
 import numpy as np  # noqa: E402
 
-from engine import fastops  # noqa: E402
+from engine import kernels  # noqa: E402
 from engine.parallel import cores, in_parallel  # noqa: E402
 from kernels_check import require_c_kernels  # noqa: E402  (bench/, the script's own folder)
 
@@ -47,7 +47,7 @@ SHAPES = {
 def convert(src: np.ndarray, dst: np.ndarray, threads: int) -> None:
     """fp16 bits -> fp32 on `threads` cores, as TensorStore does where the model waits."""
     s, d = src.reshape(-1), dst.reshape(-1)
-    in_parallel(lambda a, b: fastops.f16_to_f32(s[a:b], d[a:b]), 0, s.size, s.size, threads)
+    in_parallel(lambda a, b: kernels.f16_to_f32(s[a:b], d[a:b]), 0, s.size, s.size, threads)
 
 
 def main() -> int:

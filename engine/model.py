@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine import fastops, memory, ops
+from engine import kernels, memory, ops
 from engine.errors import Cancelled
 from engine.options import Options
 from engine.parallel import equal_step
@@ -34,7 +34,7 @@ _fallback_reported = False
 def _report_numpy_fallback() -> None:
     """Warn once per process when the hot loops run in numpy by accident."""
     global _fallback_reported
-    message = fastops.fallback_warning()
+    message = kernels.fallback_warning()
     if message and not _fallback_reported:
         log.warning(message)
         _fallback_reported = True

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from engine import blas, fastops
+from engine import blas, kernels
 from engine.parallel import equal_step, in_parallel, worker_pool
 from engine.sources import Dense, Source, silu_
 from engine.weights import Weight, row_chunks
@@ -120,7 +120,7 @@ def _conv3x3_shifted(src: Source, w: Weight, b: np.ndarray | None, band_bytes: i
             p1 = min(c1, p0 + piece)
             rows_of = wc[p0 - c0:p1 - c0]
             taps = np.empty((p1 - p0, 9, C), dtype=np.float32)
-            in_parallel(lambda r0, r1: fastops.taps_first(rows_of[r0:r1], taps[r0:r1]), 0, p1 - p0, taps.size,
+            in_parallel(lambda r0, r1: kernels.taps_first(rows_of[r0:r1], taps[r0:r1]), 0, p1 - p0, taps.size,
                         threads)
             for bi in range(B):
                 for y0 in range(0, H, band):
@@ -177,7 +177,7 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, blo
     """3x3 stride-1 convolution by Winograd F(2x2, 3x3), `ty` rows of tiles per band.
 
     The output is cut into 2x2 tiles, each computed from a 4x4 input tile. Transformed
-    (fastops.wino_*), one 4x4 tile's 16 values each meet one of 16 transformed weight
+    (kernels.wino_*), one 4x4 tile's 16 values each meet one of 16 transformed weight
     matrices (co, C), so a band of tiles costs 16 GEMMs of (co, C) x (C, tiles): 2.25x
     fewer multiplies than the direct convolution. With `block` < C the input is
     transformed `block` channels at a time and the GEMMs accumulate. The transformed
@@ -202,13 +202,13 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, blo
     def transform_weights(wc: np.ndarray, p0: int, p1: int) -> np.ndarray:
         u = u_flat[:16 * (p1 - p0) * C].reshape(16, p1 - p0, C)
         wp = wc[p0:p1]
-        in_parallel(lambda r0, r1: fastops.wino_weights(wp, u, r0, r1), 0, p1 - p0, u.size, threads)
+        in_parallel(lambda r0, r1: kernels.wino_weights(wp, u, r0, r1), 0, p1 - p0, u.size, threads)
         return u
 
     def transform_input(p: np.ndarray, tyn: int) -> np.ndarray:
         """The transformed input of p, a band's filled padded rows of some channels."""
         v = v_flat[:16 * len(p) * tyn * tx].reshape(16, len(p), tyn, tx)
-        in_parallel(lambda q0, q1: fastops.wino_input(p, v, q0, q1), 0, len(p), v.size, threads)
+        in_parallel(lambda q0, q1: kernels.wino_input(p, v, q0, q1), 0, len(p), v.size, threads)
         return v
 
     def fill_band(bi: int, y0: int) -> np.ndarray | None:
@@ -239,7 +239,7 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, blo
                 _wino_products(u[:, :, c0:c1], vb, m, 0.0 if c0 == 0 else 1.0, threads)
         y = y_flat[:pp * 4 * tyn * tx].reshape(pp, 2 * tyn, 2 * tx)
         m4 = m.reshape(16, pp, tyn, tx)
-        in_parallel(lambda q0, q1: fastops.wino_output(m4, y, q0, q1), 0, pp, y.size, threads)
+        in_parallel(lambda q0, q1: kernels.wino_output(m4, y, q0, q1), 0, pp, y.size, threads)
         _store(y[:, :n, :W], out[bi, p0:p0 + pp, y0:y0 + n], None if b is None else b[p0:p0 + pp], accumulate)
 
     for c0, c1, wc in row_chunks(w):
@@ -347,7 +347,7 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 
     rows = np.ascontiguousarray(x.reshape(-1, c))
     gamma, beta = np.ascontiguousarray(gamma, np.float32), np.ascontiguousarray(beta, np.float32)
     out = np.empty(rows.shape, dtype=np.float32)
-    in_parallel(lambda r0, r1: fastops.layer_norm(rows[r0:r1], gamma, beta, eps, out[r0:r1]),
+    in_parallel(lambda r0, r1: kernels.layer_norm(rows[r0:r1], gamma, beta, eps, out[r0:r1]),
                 0, rows.shape[0], rows.size, threads)
     return out.reshape(x.shape)
 
@@ -366,13 +366,13 @@ def geglu(p: np.ndarray, bias: np.ndarray | None = None, threads: int = 0,
     p2 = np.ascontiguousarray(p.reshape(-1, p.shape[-1]))
     if out is None:
         out = np.empty((p2.shape[0], p2.shape[1] // 2), dtype=np.float32)
-    in_parallel(lambda r0, r1: fastops.geglu(p2[r0:r1], out[r0:r1], bias), 0, p2.shape[0], out.size, threads)
+    in_parallel(lambda r0, r1: kernels.geglu(p2[r0:r1], out[r0:r1], bias), 0, p2.shape[0], out.size, threads)
     return out.reshape(*lead, -1)
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
     x = np.ascontiguousarray(x)
-    return fastops.gelu_erf(x, np.empty_like(x))
+    return kernels.gelu_erf(x, np.empty_like(x))
 
 
 # A band of query rows is never cut below this many bytes of scores: the slice count is
@@ -389,7 +389,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, slices: i
 
     q (L, C), k and v (Lk, C), C = heads * d. The scale is folded into q (which is
     modified). Heads are shared among `threads` workers. Where the fused C kernel takes
-    heads of d channels (fastops.fused_attention) it works through a head 64 query rows
+    heads of d channels (kernels.fused_attention) it works through a head 64 query rows
     at a time; otherwise the L rows are cut into `slices` bands, or fewer where a band
     would hold under MIN_SCORE_BYTES of scores, with two GEMMs per band and BLAS
     single-threaded meanwhile, since many small GEMMs scale better across heads than
@@ -400,7 +400,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, slices: i
     q *= np.float32(1.0 / math.sqrt(d))
     out = np.empty((L, C), dtype=np.float32)
     threads = max(1, min(threads, heads))
-    if fastops.fused_attention(d):
+    if kernels.fused_attention(d):
         q, k, v = (a if a.strides[1] == 4 else np.ascontiguousarray(a) for a in (q, k, v))
         run, args = _fused_attention_heads, (q, k, v, out, d)
     else:
@@ -420,10 +420,10 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, slices: i
 
 def _fused_attention_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray, d: int,
                            heads: range) -> None:
-    work = np.empty(fastops.attention_work(k.shape[0], d), dtype=np.float32)
+    work = np.empty(kernels.attention_work(k.shape[0], d), dtype=np.float32)
     for h in heads:
         cols = slice(h * d, (h + 1) * d)
-        if not fastops.c_attention_head(q[:, cols], k[:, cols], v[:, cols], out[:, cols], work):
+        if not kernels.c_attention_head(q[:, cols], k[:, cols], v[:, cols], out[:, cols], work):
             raise RuntimeError(f"the fused attention kernel refused a head of {d} channels")
 
 
@@ -440,7 +440,7 @@ def _attention_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarra
             r1 = min(L, r0 + band)
             s = scores[:r1 - r0]
             np.matmul(q[r0:r1, cols], kt, out=s)
-            fastops.softmax_rows(s, sums[:r1 - r0])   # exp(s - row max) in place
+            kernels.softmax_rows(s, sums[:r1 - r0])   # exp(s - row max) in place
             o = out[r0:r1, cols]
             np.matmul(s, vh, out=o)
             o /= sums[:r1 - r0, None]

@@ -22,7 +22,7 @@ from engine.errors import ModelFileError
 
 DTYPES: dict[str, np.dtype] = {
     "F32": np.dtype("<f4"),
-    "F16": np.dtype("<u2"),  # raw half bits; engine.fastops converts them
+    "F16": np.dtype("<u2"),  # raw half bits; engine.kernels converts them
     "BF16": np.dtype("<u2"),
     "U8": np.dtype("u1"),
     "I64": np.dtype("<i8"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import fastops
+from engine import kernels
 from engine.parallel import in_parallel
 
 PERCENTILE_SAMPLES = 1 << 20
@@ -94,9 +94,9 @@ class Compact(Source):
                 n = min(step, H - y0)
                 np.copyto(band[:n], x[b, :, y0:y0 + n].transpose(1, 0, 2))
                 if dtype == "fp16":
-                    fastops.f32_to_f16(band[:n], self.data[b, y0:y0 + n])
+                    kernels.f32_to_f16(band[:n], self.data[b, y0:y0 + n])
                 else:
-                    fastops.quant_u8(band[:n], self.scale, self.zero, self.data[b, y0:y0 + n])
+                    kernels.quant_u8(band[:n], self.scale, self.zero, self.data[b, y0:y0 + n])
 
     @property
     def nbytes(self) -> int:
@@ -106,9 +106,9 @@ class Compact(Source):
         row = np.empty((out.shape[0], out.shape[2]), dtype=np.float32)   # one (channels, W) row: cache-sized
         for i, raw in enumerate(self.data[b, y0:y1, c0:c0 + out.shape[0]]):
             if self.dtype == "fp16":
-                fastops.f16_to_f32(raw, row)
+                kernels.f16_to_f32(raw, row)
             else:
-                fastops.dequant_u8(raw, self.scale, self.zero, row)
+                kernels.dequant_u8(raw, self.scale, self.zero, row)
             out[:, i] = row
 
 
@@ -239,7 +239,7 @@ def group_stats(src: Source, groups: int, eps: float) -> tuple[np.ndarray, np.nd
             rows = x.reshape(C, k)   # no copy where a channel's rows of the band are contiguous
             if k > 1 and rows.strides[1] != 4:   # channels-last memory: copy it (the band's size at most)
                 rows = np.ascontiguousarray(rows)
-            in_parallel(lambda c0, c1: fastops.row_moments(rows[c0:c1], bm[c0:c1], bm2[c0:c1]), 0, C, rows.size)
+            in_parallel(lambda c0, c1: kernels.row_moments(rows[c0:c1], bm[c0:c1], bm2[c0:c1]), 0, C, rows.size)
             delta = bm - m
             m2 += bm2 + delta * delta * (n * k / (n + k))
             m += delta * (k / (n + k))

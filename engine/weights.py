@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import fastops
+from engine import kernels
 from engine.errors import ModelFileError
 from engine.parallel import equal_step, in_parallel
 from engine.safetensors import PICKLE_SUFFIXES, TensorInfo, pread_into, read_header
@@ -208,7 +208,7 @@ class TensorStore:
         if info.dtype == "F32":
             pread_into(fd, memoryview(flat.view(np.uint8)), offset, info.path, name)
         elif info.dtype in ("F16", "BF16"):
-            convert = fastops.f16_to_f32 if info.dtype == "F16" else fastops.bf16_to_f32
+            convert = kernels.f16_to_f32 if info.dtype == "F16" else kernels.bf16_to_f32
             self._read_chunked(info, fd, offset, 2, flat, lambda raw, dst, _: convert(raw.view(np.uint16), dst))
         else:
             scale = self.read_rows(name + Q_SCALE, r0, r1)
@@ -216,7 +216,7 @@ class TensorStore:
 
             def dequant(raw: np.ndarray, dst: np.ndarray, start: int) -> None:
                 a, n = start // row, raw.size // row
-                fastops.dequant_u8_rows(raw.reshape(n, row), scale[a:a + n], zero[a:a + n], dst.reshape(n, row))
+                kernels.dequant_u8_rows(raw.reshape(n, row), scale[a:a + n], zero[a:a + n], dst.reshape(n, row))
             self._read_chunked(info, fd, offset, 1, flat, dequant, align=row)
         if self.drop_pages:
             os.posix_fadvise(fd, offset, flat.size * item, os.POSIX_FADV_DONTNEED)

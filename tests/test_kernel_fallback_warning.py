@@ -6,28 +6,29 @@ import logging
 
 import pytest
 
-from engine import fastops, model
+from engine import model
+from engine.kernels import backend
 from engine.sdxl import UNet
 
 
 @pytest.fixture
 def unbuilt_kernels(monkeypatch):
-    monkeypatch.setattr(fastops, "BACKEND", "numpy")
-    monkeypatch.setattr(fastops, "_CHOICE", "")
+    monkeypatch.setattr(backend, "BACKEND", "numpy")
+    monkeypatch.setattr(backend, "_CHOICE", "")
     monkeypatch.setattr(model, "_fallback_reported", False)
 
 
 def test_the_fallback_warning_says_how_to_build_the_kernels(unbuilt_kernels):
-    message = fastops.fallback_warning()
+    message = backend.fallback_warning()
     assert "pip install -e ." in message and "SLOWFRAME_KERNELS=numpy" in message
 
 
 def test_no_warning_with_the_c_kernels_or_when_numpy_was_asked_for(monkeypatch):
-    monkeypatch.setattr(fastops, "BACKEND", "c")
-    assert fastops.fallback_warning() is None
-    monkeypatch.setattr(fastops, "BACKEND", "numpy")
-    monkeypatch.setattr(fastops, "_CHOICE", "numpy")
-    assert fastops.fallback_warning() is None
+    monkeypatch.setattr(backend, "BACKEND", "c")
+    assert backend.fallback_warning() is None
+    monkeypatch.setattr(backend, "BACKEND", "numpy")
+    monkeypatch.setattr(backend, "_CHOICE", "numpy")
+    assert backend.fallback_warning() is None
 
 
 def test_loading_a_model_on_the_fallback_warns_once_per_process(unbuilt_kernels, tiny_unet, caplog):

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from diffusers.models.embeddings import get_timestep_embedding
 
 from conftest import pcc
-from engine import blas, fastops, ops, parallel
+from engine import blas, kernels, ops, parallel
 from engine.sources import Compact, Concat, Dense, Normalized, Upsampled, nearest_index
 
 rng = np.random.default_rng(1)
@@ -59,8 +59,8 @@ def test_winograd_repeats_whichever_transform_is_cheaper_and_stays_exact(band_by
     monkeypatch.setattr(ops, "WINO_MIN_TILES", 0)
     monkeypatch.setattr(ops, "WINO_SPLIT_TILES", 0)
     calls = []
-    transform = fastops.wino_weights
-    monkeypatch.setattr(fastops, "wino_weights", lambda *a: calls.append(a) or transform(*a))
+    transform = kernels.wino_weights
+    monkeypatch.setattr(kernels, "wino_weights", lambda *a: calls.append(a) or transform(*a))
     x, wt, b = randn(1, 8, 16, 16), randn(64, 8, 3, 3, scale=0.1), randn(64)
     got = ops.conv2d(Dense(x), wt, b, 1, band_bytes, threads=1)
     assert len(calls) == weight_transforms
@@ -75,8 +75,8 @@ def test_small_bands_transform_the_input_in_channel_blocks_and_stay_exact(monkey
     monkeypatch.setattr(ops, "WINO_MIN_TILES", 0)
     monkeypatch.setattr(ops, "WINO_SPLIT_TILES", 32)
     blocks = []
-    transform = fastops.wino_input
-    monkeypatch.setattr(fastops, "wino_input", lambda p, v, c0, c1: blocks.append(p.shape[0]) or transform(p, v, c0, c1))
+    transform = kernels.wino_input
+    monkeypatch.setattr(kernels, "wino_input", lambda p, v, c0, c1: blocks.append(p.shape[0]) or transform(p, v, c0, c1))
     x, wt, b = randn(1, 48, 16, 16), randn(24, 48, 3, 3, scale=0.1), randn(24)
     band_bytes = 40_000   # the padded input rows of 32 tiles; their transform for 19 of 48 channels: 3 blocks
     assert ops._winograd_plan(48, 16, 16, band_bytes) == (4, 16)
@@ -95,8 +95,8 @@ def test_bands_too_small_for_all_channels_rows_fill_each_channel_block_and_stay_
     monkeypatch.setattr(ops, "WINO_MIN_TILES", 0)
     monkeypatch.setattr(ops, "WINO_SPLIT_TILES", 32)
     calls = []
-    transform = fastops.wino_weights
-    monkeypatch.setattr(fastops, "wino_weights", lambda *a: calls.append(a) or transform(*a))
+    transform = kernels.wino_weights
+    monkeypatch.setattr(kernels, "wino_weights", lambda *a: calls.append(a) or transform(*a))
     a, s = randn(1, 20, 8, 8), randn(1, 28, 16, 16, scale=2.0)
     gamma, beta = randn(48), randn(48)
     src = Normalized(Concat(Upsampled(Dense(a), (16, 16)), Compact(s, "uint8")), gamma, beta, groups=8, eps=1e-5,
@@ -216,10 +216,10 @@ def attention_path(request, monkeypatch):
     """Heads whose channels are a multiple of 16 run in the fused C kernel when it is
     built; others, and every head without it, in bands of two BLAS GEMMs: both must be
     right."""
-    if request.param == "fused" and not fastops.fused_attention(16):
+    if request.param == "fused" and not kernels.fused_attention(16):
         pytest.skip("the fused attention kernel is not built here")
     if request.param == "bands":
-        monkeypatch.setattr(fastops, "fused_attention", lambda d: False)
+        monkeypatch.setattr(kernels, "fused_attention", lambda d: False)
     return request.param
 
 
@@ -252,15 +252,15 @@ CPU_VARIANTS = {1: "generic", 2: "avx2", 3: "avx512"}
     (1, 17, 1, 512),        # one query row; the VAE's one wide head
 ])
 def test_fused_attention_matches_torch_sdpa_on_every_cpu_build(variant, L, lk, heads, d):
-    if fastops.c_attention_head is None:
+    if kernels.c_attention_head is None:
         pytest.skip("C kernels not built")
     q, k, v = randn(L, heads * d), randn(lk, heads * d), randn(lk, heads * d)
     out = np.empty_like(q)
     scaled = q * np.float32(1 / np.sqrt(d))
-    work = np.empty(fastops.attention_work(lk, d), np.float32)
+    work = np.empty(kernels.attention_work(lk, d), np.float32)
     for h in range(heads):
         cols = slice(h * d, (h + 1) * d)
-        if not fastops.c_attention_head(scaled[:, cols], k[:, cols], v[:, cols], out[:, cols], work, variant):
+        if not kernels.c_attention_head(scaled[:, cols], k[:, cols], v[:, cols], out[:, cols], work, variant):
             assert variant != 1, "the generic build runs wherever the kernel is built"
             pytest.skip(f"this CPU cannot run the {CPU_VARIANTS[variant]} build")
     close(out, sdpa(q, k, v, heads))
@@ -268,18 +268,18 @@ def test_fused_attention_matches_torch_sdpa_on_every_cpu_build(variant, L, lk, h
 
 @pytest.mark.parametrize("L,lk,heads,d", [(300, 4096, 1, 64), (1024, 1024, 2, 64), (70, 77, 4, 32)])
 def test_fused_attention_matches_the_blas_band_path_to_float32_rounding(L, lk, heads, d, monkeypatch):
-    if not fastops.fused_attention(d):
+    if not kernels.fused_attention(d):
         pytest.skip("the fused attention kernel is not built here")
     q, k, v = randn(L, heads * d), randn(lk, heads * d), randn(lk, heads * d)
     fused = ops.attention(q.copy(), k, v, heads, 4)
-    monkeypatch.setattr(fastops, "fused_attention", lambda d: False)
+    monkeypatch.setattr(kernels, "fused_attention", lambda d: False)
     bands = ops.attention(q.copy(), k, v, heads, 4)
     # the sums run in another order (FMA, 32-key panels) than BLAS's: a few float32 ulps apart
     assert np.abs(fused - bands).max() <= 2e-6 * max(1.0, np.abs(bands).max())
 
 
 def test_fused_attention_flushes_far_scores_and_keeps_a_nan_to_its_row():
-    if not fastops.fused_attention(16):
+    if not kernels.fused_attention(16):
         pytest.skip("the fused attention kernel is not built here")
     heads, d = 2, 16
     q, k, v = randn(40, heads * d, scale=4.0), randn(90, heads * d, scale=4.0), randn(90, heads * d)
@@ -291,11 +291,11 @@ def test_fused_attention_flushes_far_scores_and_keeps_a_nan_to_its_row():
 
 
 def test_fused_attention_takes_heads_of_16_channel_multiples_only():
-    if not fastops.fused_attention(16):
+    if not kernels.fused_attention(16):
         pytest.skip("the fused attention kernel is not built here")
-    assert [d for d in range(1, 129) if fastops.fused_attention(d)] == list(range(16, 129, 16))
+    assert [d for d in range(1, 129) if kernels.fused_attention(d)] == list(range(16, 129, 16))
     q = randn(4, 8)
-    assert not fastops.c_attention_head(q, q, q, np.empty_like(q), np.empty(fastops.attention_work(4, 8), np.float32))
+    assert not kernels.c_attention_head(q, q, q, np.empty_like(q), np.empty(kernels.attention_work(4, 8), np.float32))
 
 
 @pytest.mark.parametrize("bad,message", [
@@ -307,12 +307,12 @@ def test_fused_attention_takes_heads_of_16_channel_multiples_only():
     (lambda q, k, v, o, w: (q, k, v, o, w[:10]), "needs attention_work"),
 ])
 def test_fused_attention_refuses_arrays_it_cannot_take(bad, message):
-    if fastops.c_attention_head is None:
+    if kernels.c_attention_head is None:
         pytest.skip("C kernels not built")
     q, k, v = randn(6, 32), randn(9, 32), randn(9, 32)
     with pytest.raises(ValueError, match=re.escape(message)):
-        fastops.c_attention_head(*bad(q, k, v, np.empty((6, 64), np.float32)[:, :32],
-                                      np.empty(fastops.attention_work(9, 32), np.float32)))
+        kernels.c_attention_head(*bad(q, k, v, np.empty((6, 64), np.float32)[:, :32],
+                                      np.empty(kernels.attention_work(9, 32), np.float32)))
 
 
 @pytest.mark.parametrize("dim,flip,shift", [(320, True, 0.0), (8, True, 0.0), (256, False, 1.0), (7, True, 0.0)])
@@ -343,7 +343,7 @@ def test_attention_takes_inputs_with_strided_columns(attention_path):
 
 def test_attention_bands_hold_at_least_min_score_bytes(monkeypatch):
     bands = []
-    monkeypatch.setattr(fastops, "fused_attention", lambda d: False)
+    monkeypatch.setattr(kernels, "fused_attention", lambda d: False)
     monkeypatch.setattr(ops, "_attention_heads", lambda q, k, v, out, d, band, heads: bands.append(band))
     assert ops.MIN_SCORE_BYTES == 4 << 20
     q, kv = randn(2048, 128), randn(2048, 128)

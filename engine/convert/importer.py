@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 import engine
-from engine import fastops
+from engine import kernels
 from engine.checkpoint import fsync_path
 from engine.convert import manifest as mf
 from engine.convert import project_files
@@ -417,7 +417,7 @@ def _convert_rows(name: str, src: SourceTensor, r0: int, r1: int, quantize: bool
     if peak >= FP16_OVERFLOW:
         raise ModelFileError(f"{src.info.path}: tensor '{src.key}' has values up to {peak:g}, beyond fp16's "
                              f"range ({FP16_MAX:g}); this checkpoint cannot be stored in fp16")
-    return fastops.f32_to_f16(w, np.empty(w.shape, dtype=np.uint16))
+    return kernels.f32_to_f16(w, np.empty(w.shape, dtype=np.uint16))
 
 
 def _emit(f, hasher, array: np.ndarray) -> int:

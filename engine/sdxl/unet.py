@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import fastops, ops
+from engine import kernels, ops
 from engine.errors import InputError
 from engine.model import StreamedModel
 from engine.options import Options, resolve
@@ -196,11 +196,11 @@ class UNet(StreamedModel):
 
     @staticmethod
     def _compact(x: np.ndarray) -> np.ndarray:
-        return fastops.f32_to_f16(np.ascontiguousarray(x), np.empty(x.shape, dtype=np.uint16))
+        return kernels.f32_to_f16(np.ascontiguousarray(x), np.empty(x.shape, dtype=np.uint16))
 
     @staticmethod
     def _expand(x: np.ndarray) -> np.ndarray:
-        return fastops.f16_to_f32(x, np.empty(x.shape, dtype=np.float32)) if x.dtype == np.uint16 else x
+        return kernels.f16_to_f32(x, np.empty(x.shape, dtype=np.float32)) if x.dtype == np.uint16 else x
 
     def _select_kv(self, ctx: np.ndarray) -> bool:
         """Point cross_kv at the cache for this conditioning; True when it is already filled."""

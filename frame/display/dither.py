@@ -13,7 +13,7 @@ The pipeline, each step chosen by measurement (see bench/dither.py):
    (``LIGHTNESS_WEIGHT``), through a precomputed table (``ColourTable``) so the inner loop
    stays a few array reads.
 
-The inner loop is C (frame._cdither, built by cffi) with a pure-Python twin giving the
+The inner loop is C (dither.c, built by cffi as frame.display._cdither) with a pure-Python twin giving the
 same indices; ``BACKEND`` says which runs. ``SLOWFRAME_KERNELS=numpy`` forces the
 Python one (it is ~100x slower); ``SLOWFRAME_KERNELS=c`` makes a missing C module an
 ImportError instead of a silent fallback.
@@ -22,28 +22,17 @@ ImportError instead of a silent fallback.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
+from engine.kernels.backend import backend_of, load
 from frame.display.colour import LUMINANCE, linear_to_lab, linear_to_srgb, srgb8_to_linear_f32, srgb_to_linear
 from frame.display.errors import DisplayError
 from frame.display.palette import Palette
 
-_CHOICE = os.environ.get("SLOWFRAME_KERNELS", "").strip().lower()
-if _CHOICE not in ("", "auto", "c", "numpy"):
-    raise ImportError(f"SLOWFRAME_KERNELS={_CHOICE!r}: use 'c', 'numpy' or leave it unset")
-try:
-    from frame import _cdither
-except ImportError as exc:  # not built (no compiler at install time) or built for another Python
-    _cdither = None
-    if _CHOICE == "c":
-        raise ImportError(
-            f"SLOWFRAME_KERNELS=c but the C dithering kernel is not built ({exc}); reinstall with a C compiler"
-        ) from exc
-
-BACKEND = "c" if _cdither is not None and _CHOICE != "numpy" else "numpy"
+_cdither = load("frame.display._cdither", "the C dithering kernel is")
+BACKEND = backend_of(_cdither)
 
 
 @dataclass(frozen=True)
@@ -202,7 +191,7 @@ def c_diffuse(img: np.ndarray, palette_linear: np.ndarray, table: ColourTable, m
               serpentine: bool = True, bounds: tuple[float, float] = ERROR_BOUNDS) -> np.ndarray:
     """The C error-diffusion loop; see ``py_diffuse`` for what it computes."""
     if _cdither is None:
-        raise RuntimeError("the C dithering kernel (frame._cdither) is not built")
+        raise RuntimeError("the C dithering kernel (frame.display._cdither) is not built")
     img = np.ascontiguousarray(img, dtype=np.float32)
     h, w, _ = img.shape
     pal = np.ascontiguousarray(palette_linear, dtype=np.float64)
@@ -235,7 +224,7 @@ def py_diffuse(img: np.ndarray, palette_linear: np.ndarray, table: ColourTable, 
     channel; the ink is the table's nearest to value clamped to 0..1; value - ink is
     passed on to the method's taps (mirrored on right-to-left rows); taps outside the
     picture are dropped. Plain Python floats (doubles), operation for operation as
-    frame/_dither_build.py.
+    frame/display/dither.c.
     """
     lo, hi = float(bounds[0]), float(bounds[1])
     h, w, _ = img.shape

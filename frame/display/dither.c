@@ -1,30 +1,10 @@
-"""cffi builder for frame._cdither: the error-diffusion inner loop behind frame.display.dither.
-
-Built by setup.py (``cffi_modules``); ``python frame/_dither_build.py`` builds it in
-place by hand. frame/display/dither.py has a pure-Python twin that gives the same
-indices, so this module is only a speed-up and may be missing.
-
-The loop works in double precision with -ffp-contract=off, one rounding per operation
-in the same order as the Python twin, so both pick the same palette index for every
-pixel: Python floats are IEEE doubles.
-"""
-
-import sys
-
-from cffi import FFI
-
-CDEF = """
-int sf_diffuse(const float *img, size_t h, size_t w,
-               const double *pal, size_t n_pal,
-               const uint8_t *cube, const uint8_t *encode, size_t encode_len,
-               const int *tap_dx, const int *tap_dy, const double *tap_w, size_t n_taps,
-               int serpentine, double lo, double hi, double *err_rows, uint8_t *out);
-"""
-
-SOURCE = r"""
-#include <stdint.h>
-#include <stddef.h>
+/* The error-diffusion inner loop behind frame/display/dither.py, whose pure-Python twin
+   (py_diffuse) gives the same indices: the loop works in double precision with
+   -ffp-contract=off (engine/kernels/cbuild.py), one rounding per operation in the same
+   order as the twin, and Python floats are IEEE doubles. */
 #include <string.h>
+
+#include "dither.h"
 
 #define SF_PAD 2      /* taps reach at most 2 columns sideways */
 #define SF_ROWS 3     /* and at most 2 rows down: a ring of 3 error rows */
@@ -89,27 +69,3 @@ int sf_diffuse(const float *restrict img, size_t h, size_t w,
     }
     return 0;
 }
-"""
-
-if sys.platform == "win32":
-    EXTRA_COMPILE_ARGS = ["/O2", "/fp:precise"]
-else:
-    EXTRA_COMPILE_ARGS = ["-O3", "-ffp-contract=off"]
-
-ffibuilder = FFI()
-ffibuilder.cdef(CDEF)
-ffibuilder.set_source("frame._cdither", SOURCE, extra_compile_args=EXTRA_COMPILE_ARGS)
-
-if __name__ == "__main__":
-    import glob
-    import os
-    import shutil
-    import tempfile
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    with tempfile.TemporaryDirectory() as tmp:  # keeps the generated .c and .o out of the tree
-        ffibuilder.compile(tmpdir=tmp, verbose=True)
-        for built in glob.glob(os.path.join(tmp, "frame", "_cdither*")):
-            if not built.endswith((".c", ".o")):
-                shutil.copy(built, here)
-                print(f"installed {os.path.join(here, os.path.basename(built))}")
