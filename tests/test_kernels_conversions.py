@@ -61,7 +61,8 @@ def test_bf16_to_f32_all_patterns(fn):
 @pytest.mark.parametrize("n", SIZES)
 def test_bf16_to_f32_c_vs_numpy(n):
     src = rng(n).integers(0, 65536, n, dtype=np.uint32).astype(np.uint16)
-    assert_same_bits(conversions.c_bf16_to_f32(src, np.empty(n, np.float32)), conversions.np_bf16_to_f32(src, np.empty(n, np.float32)))
+    assert_same_bits(conversions.c_bf16_to_f32(src, np.empty(n, np.float32)),
+                     conversions.np_bf16_to_f32(src, np.empty(n, np.float32)))
 
 
 # ---------------------------------------------------------------- f32 -> f16
@@ -139,9 +140,11 @@ def test_f32_to_f16_c_vs_numpy():
 @pytest.mark.parametrize("n", SIZES)
 def test_f32_to_f16_sizes(n):
     x = rng(n).standard_normal(n, dtype=np.float32) * 1000
-    assert_same_bits(conversions.c_f32_to_f16(x, np.empty(n, np.uint16)), conversions.np_f32_to_f16(x, np.empty(n, np.uint16)))
+    assert_same_bits(conversions.c_f32_to_f16(x, np.empty(n, np.uint16)),
+                     conversions.np_f32_to_f16(x, np.empty(n, np.uint16)))
     # float16 out works as well as uint16
-    assert_same_bits(conversions.c_f32_to_f16(x, np.empty(n, np.float16)).view(np.uint16), x.astype(np.float16).view(np.uint16))
+    assert_same_bits(conversions.c_f32_to_f16(x, np.empty(n, np.float16)).view(np.uint16),
+                     x.astype(np.float16).view(np.uint16))
 
 
 # ---------------------------------------------------------------- uint8 dequant / quant

@@ -33,10 +33,10 @@ def missing_functions(lib: object, names: tuple[str, ...] = C_FUNCTIONS) -> list
     return [name for name in names if not hasattr(lib, name)]
 
 
-def load(module: str, what: str, names: tuple[str, ...] = ()) -> ModuleType | None:
-    """The compiled cffi module `module` (`what` names it in messages), or None when it is
-    not built (no compiler at install time), built for another Python, or lacks one of
-    `names`; with SLOWFRAME_KERNELS=c the last three are an ImportError."""
+def load(module: str, names: tuple[str, ...] = ()) -> ModuleType | None:
+    """The compiled cffi module `module`, or None when it is not built (no compiler at
+    install time), built for another Python, or lacks one of `names`; with
+    SLOWFRAME_KERNELS=c those are an ImportError."""
     try:
         built = importlib.import_module(module)
         missing = missing_functions(built.lib, names)
@@ -44,7 +44,7 @@ def load(module: str, what: str, names: tuple[str, ...] = ()) -> ModuleType | No
             raise ImportError(f"{module} was built from older sources: it has no {', '.join(missing)}")
     except ImportError as exc:
         if _CHOICE == "c":
-            raise ImportError(f"SLOWFRAME_KERNELS=c but {what} not built for this Python ({exc}); {BUILD_HINT}") \
+            raise ImportError(f"SLOWFRAME_KERNELS=c but {module} is not built for this Python ({exc}); {BUILD_HINT}") \
                 from exc
         return None
     return built
@@ -55,7 +55,7 @@ def backend_of(built: ModuleType | None) -> str:
     return "c" if built is not None and _CHOICE != "numpy" else "numpy"
 
 
-_ckernels = load("engine.kernels._ckernels", "the C kernels are", C_FUNCTIONS)
+_ckernels = load("engine.kernels._ckernels", C_FUNCTIONS)
 BACKEND = backend_of(_ckernels)
 ffi, lib = (_ckernels.ffi, _ckernels.lib) if _ckernels is not None else (None, None)
 

@@ -31,7 +31,7 @@ from frame.display.colour import LUMINANCE, linear_to_lab, linear_to_srgb, srgb8
 from frame.display.errors import DisplayError
 from frame.display.palette import Palette
 
-_cdither = load("frame.display._cdither", "the C dithering kernel is")
+_cdither = load("frame.display._cdither")
 BACKEND = backend_of(_cdither)
 
 
