@@ -1,4 +1,4 @@
-"""The display's subcommands of ``slowframe``: panels, dither, show."""
+"""`slowframe panels | dither | show`: the panels, dithering a picture, and putting one on the display."""
 
 from __future__ import annotations
 
@@ -112,8 +112,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     from frame.display import open_display
 
     if args.image in HISTORY_WORDS and not Path(args.image).exists():
-        from frame.daemon_commands import show_from_history
-
         return show_from_history(args.image)   # the running frame owns the panel
     config = load_display_config(args.config)
     changes = {key: value for key, value in (("backend", args.backend), ("panel", args.panel),
@@ -130,8 +128,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_display_commands(sub) -> None:
-    """Register ``panels``, ``dither`` and ``show`` on the ``slowframe`` subparsers."""
+def show_from_history(which: str) -> int:
+    """``slowframe show next|previous|latest``: ask the daemon to browse its history."""
+    from frame.control import request
+
+    reply = request("show", which=which)
+    print(reply.get("message", "?"))
+    return 0 if reply.get("ok") else 1
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
     from frame.display.config import BACKENDS
     from frame.display.dither import DEFAULT_METHOD, METHODS, TONE_MODES
     from frame.display.fit import CROP_MODES, FIT_MODES
