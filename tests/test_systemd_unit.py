@@ -20,10 +20,10 @@ import pytest
 from engine.sdxl.conditioning_cache import default_cache_dir
 from frame import control
 from frame.cli import build_parser
-from frame.cli.daemon import cmd_run, default_state_dir
-from frame.config import DEFAULT_MODEL_PATH, SEARCH_PATH
+from frame.cli.daemon import cmd_run
 from frame.daemon import Daemon
 from frame.display.config import DisplayConfig
+from frame.paths import DEFAULT_MODEL_PATH, SEARCH_PATH, default_runtime_dir, default_state_dir
 from frame.worker import _IOPRIO_SET, ChildRunner
 
 SYSTEMD = Path(__file__).resolve().parent.parent / "systemd"
@@ -141,10 +141,10 @@ def test_directories_are_where_the_daemon_looks(unit, monkeypatch, tmp_path):
 
     assert one(unit, "Service.RuntimeDirectory") == "slowframe"
     monkeypatch.setenv("RUNTIME_DIRECTORY", "/run/slowframe")
-    assert control.default_runtime_dir() == Path("/run/slowframe")
+    assert default_runtime_dir() == Path("/run/slowframe")
     monkeypatch.delenv("RUNTIME_DIRECTORY")
     monkeypatch.setattr(Path, "is_dir", lambda self: str(self) == "/run/slowframe")
-    assert control.default_runtime_dir() == Path("/run/slowframe")      # `slowframe status` from a shell
+    assert default_runtime_dir() == Path("/run/slowframe")      # `slowframe status` from a shell
     monkeypatch.undo()
 
     # members of the service's group reach the socket: the directory lets the group in, the socket is 0660

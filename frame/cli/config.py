@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from frame.paths import SEARCH_PATH
+
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     config = sub.add_parser("config", help="check the config file")
@@ -17,7 +19,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
-    from frame.config import SEARCH_PATH, check_config, find_config
+    from frame.config import check_config, find_config
 
     path = find_config(args.file) if args.file else find_config(None)
     if path is None:

@@ -5,18 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
+from frame.paths import SEARCH_PATH, SYSTEM_RUNTIME_DIR, SYSTEM_STATE_DIR, default_runtime_dir, default_state_dir
 
-def default_state_dir() -> Path:
-    """systemd's $STATE_DIRECTORY, else /var/lib/slowframe for root, else ~/.local/state/slowframe."""
-    if os.environ.get("STATE_DIRECTORY"):
-        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
-    if os.geteuid() == 0:
-        return Path("/var/lib/slowframe")
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "slowframe"
+SOCKET_HELP = f"the daemon's control socket (default: in {SYSTEM_RUNTIME_DIR})"
 
 
 def add_run_command(sub: argparse._SubParsersAction) -> None:
@@ -24,19 +18,18 @@ def add_run_command(sub: argparse._SubParsersAction) -> None:
                          description="Run the frame: pick themes, generate pictures in a child process, show them "
                                      "on schedule, answer the buttons and `slowframe status`. The config is "
                                      "reloaded on SIGHUP and when the file changes.")
-    run.add_argument("--config", help="the config file (default: /boot/firmware/slowframe.yaml, then "
-                                      "/etc/slowframe/config.yaml, else built-in defaults)")
+    run.add_argument("--config", help=f"the config file (default: {', then '.join(map(str, SEARCH_PATH))}, "
+                                      "else built-in defaults)")
     run.add_argument("--state-dir", help="jobs, checkpoints and history (default: $STATE_DIRECTORY, "
-                                         "/var/lib/slowframe for root, else ~/.local/state/slowframe)")
+                                         f"{SYSTEM_STATE_DIR} for root, else ~/.local/state/slowframe)")
     run.add_argument("--runtime-dir", help="where the control socket goes (default: $RUNTIME_DIRECTORY or "
-                                           "/run/slowframe)")
+                                           f"{SYSTEM_RUNTIME_DIR})")
     run.add_argument("--generator", default="frame.worker:load_sdxl", metavar="MODULE:FUNCTION",
                      help="advanced: the factory returning the picture generator (default: %(default)s)")
     run.set_defaults(func=cmd_run)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from frame.control import default_runtime_dir
     from frame.daemon import AlreadyRunning, Daemon
     from frame.notify import setup_logging
 
@@ -72,13 +65,13 @@ def _version() -> str:
 def add_control_commands(sub: argparse._SubParsersAction) -> None:
     status = sub.add_parser("status", help="what the running frame is doing")
     status.add_argument("--json", action="store_true", help="the whole status as JSON")
-    status.add_argument("--socket", help="the daemon's control socket (default: in /run/slowframe)")
+    status.add_argument("--socket", help=SOCKET_HELP)
     status.set_defaults(func=cmd_status)
     for name, text in (("skip", "abandon the current picture and start the next theme"),
                        ("regenerate", "a new picture of the theme on the panel (new seed)"),
                        ("reload", "reload the config now (same as SIGHUP)")):
         action = sub.add_parser(name, help=text)
-        action.add_argument("--socket", help="the daemon's control socket (default: in /run/slowframe)")
+        action.add_argument("--socket", help=SOCKET_HELP)
         action.set_defaults(func=cmd_action)
 
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from frame.display.errors import DisplayError
-
-CONFIG_SEARCH = ("/boot/firmware/slowframe.yaml", "/etc/slowframe/config.yaml")
+from frame.paths import SEARCH_PATH
 
 
 def cmd_panels(args: argparse.Namespace) -> int:
@@ -84,7 +82,7 @@ def load_display_config(path: str | None):
 
     from frame.display.config import DisplayConfig
 
-    candidates = [path] if path else [p for p in CONFIG_SEARCH if os.path.exists(p)]
+    candidates = [path] if path else [p for p in SEARCH_PATH if p.exists()]
     if not candidates:
         return DisplayConfig()
     where = candidates[0]
@@ -172,7 +170,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     show = sub.add_parser("show", help="put a picture on the configured display",
                           description="Fit, dither and show a picture with the display settings of the config file "
-                                      f"(--config, else {' or '.join(CONFIG_SEARCH)}).")
+                                      f"(--config, else {' or '.join(map(str, SEARCH_PATH))}).")
     show.add_argument("image", help="the picture, or next / previous / latest to browse the running frame's history")
     show.add_argument("--config", help="the slowframe config file whose display: section to use")
     show.add_argument("--backend", choices=BACKENDS, help="override display.backend")

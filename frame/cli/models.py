@@ -7,8 +7,7 @@ from pathlib import Path
 
 from engine.convert.importer import PRECISIONS
 from engine.convert.lora import parse_lora_spec
-
-DEFAULT_MODELS_DIR = Path("/var/lib/slowframe/models")   # where the frame's config looks by default
+from frame.paths import MODELS_DIR
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -49,7 +48,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     verify.set_defaults(func=cmd_verify)
 
     ls = models_sub.add_parser("list", help="list model folders: name, size, precision, source")
-    ls.add_argument("dir", nargs="?", default=str(DEFAULT_MODELS_DIR),
+    ls.add_argument("dir", nargs="?", default=str(MODELS_DIR),
                     help="folder holding model folders (default: %(default)s)")
     ls.set_defaults(func=cmd_list)
 
