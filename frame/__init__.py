@@ -1,1 +1,1 @@
-"""slowframe the appliance: config, themes, scheduler, daemon, display, buttons."""
+"""slowframe the appliance: config, themes, scheduler, daemon, display, buttons, and the `slowframe` command."""

@@ -27,10 +27,9 @@ from frame.display.config import DisplayConfig
 from frame.display.errors import DisplayError
 from frame.display.palette import Palette
 from frame.display.panels import PANELS
+from frame.paths import DEFAULT_MODEL_PATH, SEARCH_PATH
 from frame.themes import ORDERS, Template, TemplateError, find_cycle, parse_template
 
-SEARCH_PATH = (Path("/boot/firmware/slowframe.yaml"), Path("/etc/slowframe/config.yaml"))
-DEFAULT_MODEL_PATH = Path("/var/lib/slowframe/models/sdxl-base-1.0")
 PRESETS = ("default", "rpi", "rpi-lowmem")
 SAMPLERS = ("euler", "euler_a", "dpmpp_2m_karras", "turbo")
 ACTIONS = ("skip", "regenerate", "previous", "next", "latest", "status", "none")

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from frame.paths import default_runtime_dir
+
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 64 * 1024
 
@@ -25,17 +27,6 @@ log = logging.getLogger("slowframe.control")
 
 class ControlError(Exception):
     """The daemon cannot be reached or refused the request (the message says why and what to do)."""
-
-
-def default_runtime_dir() -> Path:
-    """systemd's $RUNTIME_DIRECTORY, else /run/slowframe when it exists, else a per-user folder."""
-    if os.environ.get("RUNTIME_DIRECTORY"):
-        return Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0])
-    if Path("/run/slowframe").is_dir():
-        return Path("/run/slowframe")
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        return Path(os.environ["XDG_RUNTIME_DIR"]) / "slowframe"
-    return Path(f"/tmp/slowframe-{os.getuid()}")
 
 
 class ControlServer:

@@ -35,12 +35,13 @@ from pathlib import Path
 from PIL import Image
 
 from frame.buttons import ButtonEvent, Buttons, ButtonsUnavailable
-from frame.config import SEARCH_PATH, Config, ConfigError, Problem, ScheduleSettings, Theme, find_config, load_config
+from frame.config import Config, ConfigError, Problem, ScheduleSettings, Theme, find_config, load_config
 from frame.control import SOCKET_NAME, ControlServer
 from frame.display.errors import DisplayError
 from frame.history import History, write_atomic
 from frame.jobs import Job, JobStore
 from frame.notify import Notifier, Watchdog
+from frame.paths import SEARCH_PATH
 from frame.scheduler import Clock, SystemClock, describe_wait, due_at, quiet_hours_at, quiet_until
 from frame.themes import ThemePicker, choose_prompt
 from frame.worker import DEFAULT_GENERATOR, ChildRunner, Failed, Finished, Progress

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from frame.config import DEFAULT_MODEL_PATH, SEARCH_PATH
+from frame.paths import DEFAULT_MODEL_PATH, SEARCH_PATH
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE = REPO / "image"

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from engine.sdxl.conditioning_cache import default_cache_dir
-from frame import control, daemon_commands
+from frame import control
 from frame.cli import build_parser
-from frame.config import DEFAULT_MODEL_PATH, SEARCH_PATH
+from frame.cli.daemon import cmd_run
 from frame.daemon import Daemon
 from frame.display.config import DisplayConfig
+from frame.paths import DEFAULT_MODEL_PATH, SEARCH_PATH, default_runtime_dir, default_state_dir
 from frame.worker import _IOPRIO_SET, ChildRunner
 
 SYSTEMD = Path(__file__).resolve().parent.parent / "systemd"
@@ -106,7 +107,7 @@ def test_notify_watchdog_and_stop_fit_the_daemon(unit):
 def test_exec_start_and_reload_are_what_the_daemon_handles(unit, monkeypatch):
     argv = shlex.split(one(unit, "Service.ExecStart"))
     assert Path(argv[0]).name == "slowframe"
-    assert build_parser().parse_args(argv[1:]).func is daemon_commands.cmd_run
+    assert build_parser().parse_args(argv[1:]).func is cmd_run
     assert shlex.split(one(unit, "Service.ExecReload")) == ["/bin/kill", "-HUP", "$MAINPID"]
 
     class Noted:
@@ -126,7 +127,7 @@ def test_exec_start_and_reload_are_what_the_daemon_handles(unit, monkeypatch):
 def test_directories_are_where_the_daemon_looks(unit, monkeypatch, tmp_path):
     assert one(unit, "Service.StateDirectory") == "slowframe"
     monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/slowframe")
-    assert daemon_commands.default_state_dir() == Path("/var/lib/slowframe")
+    assert default_state_dir() == Path("/var/lib/slowframe")
     assert DEFAULT_MODEL_PATH.is_relative_to("/var/lib/slowframe")      # the image mounts models there
     assert one(unit, "Service.WorkingDirectory") == "%S/slowframe"      # writable, for lgpio's pipe
 
@@ -140,10 +141,10 @@ def test_directories_are_where_the_daemon_looks(unit, monkeypatch, tmp_path):
 
     assert one(unit, "Service.RuntimeDirectory") == "slowframe"
     monkeypatch.setenv("RUNTIME_DIRECTORY", "/run/slowframe")
-    assert control.default_runtime_dir() == Path("/run/slowframe")
+    assert default_runtime_dir() == Path("/run/slowframe")
     monkeypatch.delenv("RUNTIME_DIRECTORY")
     monkeypatch.setattr(Path, "is_dir", lambda self: str(self) == "/run/slowframe")
-    assert control.default_runtime_dir() == Path("/run/slowframe")      # `slowframe status` from a shell
+    assert default_runtime_dir() == Path("/run/slowframe")      # `slowframe status` from a shell
     monkeypatch.undo()
 
     # members of the service's group reach the socket: the directory lets the group in, the socket is 0660

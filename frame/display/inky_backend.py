@@ -26,11 +26,13 @@ from frame.display.base import Display
 from frame.display.config import DisplayConfig
 from frame.display.errors import DisplayError, PanelBusyError
 from frame.display.panels import PANELS, Panel, get_panel, panel_for_eeprom_variant
+from frame.paths import BOOT_PARTITION
 
 log = logging.getLogger("slowframe.display")
 
-SETUP_HINT = ("On the Pi: enable SPI and I2C (raspi-config), add dtoverlay=spi0-0cs to /boot/firmware/config.txt, "
-              "make sure no other program uses the panel's pins (BCM 8, 17, 22, 27), and check the HAT is seated.")
+SETUP_HINT = ("On the Pi: enable SPI and I2C (raspi-config), add dtoverlay=spi0-0cs to "
+              f"{BOOT_PARTITION / 'config.txt'}, make sure no other program uses the panel's pins "
+              "(BCM 8, 17, 22, 27), and check the HAT is seated.")
 # a refresh wait (28-45 s in inky's drivers) that ran out, as opposed to the short power-on waits
 _BUSY_TIMEOUT = re.compile(r"(?:Busy|Refresh) Wait: Timed out (?:waiting for busy )?after ([0-9.]+)s")
 _REFRESH_WAIT_S = 10.0

@@ -21,10 +21,7 @@ from engine.errors import Cancelled, InputError
 from engine.options import PRESETS
 from engine.sdxl.samplers import SAMPLERS
 
-log = logging.getLogger("slowframe")
-
-
-def add_generate_command(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "generate", help="generate one picture from a prompt",
         description="Generate one picture with SDXL. With --checkpoint-dir the run saves its state after every "

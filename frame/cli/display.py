@@ -1,14 +1,12 @@
-"""The display's subcommands of ``slowframe``: panels, dither, show."""
+"""`slowframe panels | dither | show`: the panels, dithering a picture, and putting one on the display."""
 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from frame.display.errors import DisplayError
-
-CONFIG_SEARCH = ("/boot/firmware/slowframe.yaml", "/etc/slowframe/config.yaml")
+from frame.paths import SEARCH_PATH
 
 
 def cmd_panels(args: argparse.Namespace) -> int:
@@ -84,7 +82,7 @@ def load_display_config(path: str | None):
 
     from frame.display.config import DisplayConfig
 
-    candidates = [path] if path else [p for p in CONFIG_SEARCH if os.path.exists(p)]
+    candidates = [path] if path else [p for p in SEARCH_PATH if p.exists()]
     if not candidates:
         return DisplayConfig()
     where = candidates[0]
@@ -112,8 +110,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     from frame.display import open_display
 
     if args.image in HISTORY_WORDS and not Path(args.image).exists():
-        from frame.daemon_commands import show_from_history
-
         return show_from_history(args.image)   # the running frame owns the panel
     config = load_display_config(args.config)
     changes = {key: value for key, value in (("backend", args.backend), ("panel", args.panel),
@@ -130,8 +126,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_display_commands(sub) -> None:
-    """Register ``panels``, ``dither`` and ``show`` on the ``slowframe`` subparsers."""
+def show_from_history(which: str) -> int:
+    """``slowframe show next|previous|latest``: ask the daemon to browse its history."""
+    from frame.control import request
+
+    reply = request("show", which=which)
+    print(reply.get("message", "?"))
+    return 0 if reply.get("ok") else 1
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
     from frame.display.config import BACKENDS
     from frame.display.dither import DEFAULT_METHOD, METHODS, TONE_MODES
     from frame.display.fit import CROP_MODES, FIT_MODES
@@ -166,7 +170,7 @@ def add_display_commands(sub) -> None:
 
     show = sub.add_parser("show", help="put a picture on the configured display",
                           description="Fit, dither and show a picture with the display settings of the config file "
-                                      f"(--config, else {' or '.join(CONFIG_SEARCH)}).")
+                                      f"(--config, else {' or '.join(map(str, SEARCH_PATH))}).")
     show.add_argument("image", help="the picture, or next / previous / latest to browse the running frame's history")
     show.add_argument("--config", help="the slowframe config file whose display: section to use")
     show.add_argument("--backend", choices=BACKENDS, help="override display.backend")

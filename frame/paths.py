@@ -1,0 +1,49 @@
+"""Where the appliance keeps things: every system path of the frame, and the rules that pick its folders.
+
+On the frame, image/build and systemd/slowframe.service make these folders (the unit's
+StateDirectory=, RuntimeDirectory= and ConfigurationDirectory= are all ``slowframe``);
+on a PC without them the per-user fallbacks below apply, so ``slowframe run`` and
+``slowframe status`` work there too. Nothing else in engine/ or frame/ spells a system path.
+
+- BOOT_PARTITION: the Pi's FAT boot partition, which any PC can edit when the SD card is put in.
+- SEARCH_PATH: where the config file is looked for when no ``--config`` is given, first
+  found wins (the boot partition first, then systemd's ConfigurationDirectory); with no
+  file the frame runs on its built-in defaults.
+- SYSTEM_STATE_DIR: the service's jobs, checkpoints and history (systemd's StateDirectory).
+- MODELS_DIR: model folders; the image mounts its exFAT models partition here.
+- DEFAULT_MODEL_PATH: the model the config's ``model.path`` names by default.
+- SYSTEM_RUNTIME_DIR: the folder of the daemon's control socket (systemd's RuntimeDirectory).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BOOT_PARTITION = Path("/boot/firmware")
+SEARCH_PATH = (BOOT_PARTITION / "slowframe.yaml", Path("/etc/slowframe/config.yaml"))
+SYSTEM_STATE_DIR = Path("/var/lib/slowframe")
+MODELS_DIR = SYSTEM_STATE_DIR / "models"
+DEFAULT_MODEL_PATH = MODELS_DIR / "sdxl-base-1.0"
+SYSTEM_RUNTIME_DIR = Path("/run/slowframe")
+
+
+def default_state_dir() -> Path:
+    """systemd's $STATE_DIRECTORY, else SYSTEM_STATE_DIR for root, else ~/.local/state/slowframe."""
+    if os.environ.get("STATE_DIRECTORY"):
+        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
+    if os.geteuid() == 0:
+        return SYSTEM_STATE_DIR
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "slowframe"
+
+
+def default_runtime_dir() -> Path:
+    """systemd's $RUNTIME_DIRECTORY, else SYSTEM_RUNTIME_DIR when it exists (`slowframe status`
+    from a shell beside the service), else a per-user folder."""
+    if os.environ.get("RUNTIME_DIRECTORY"):
+        return Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0])
+    if SYSTEM_RUNTIME_DIR.is_dir():
+        return SYSTEM_RUNTIME_DIR
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(os.environ["XDG_RUNTIME_DIR"]) / "slowframe"
+    return Path(f"/tmp/slowframe-{os.getuid()}")
