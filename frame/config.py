@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from frame.display.config import DisplayConfig
+from frame.display.config import AUTO_PANEL, KEYS as DISPLAY_KEYS, DisplayConfig, check_value
 from frame.display.errors import DisplayError
 from frame.display.palette import Palette
 from frame.display.panels import PANELS
@@ -486,47 +486,39 @@ class _Reader:
         return ModelSettings(path or DEFAULT_MODEL_PATH, preset or "rpi-lowmem")
 
     def display(self, node: Node | None) -> DisplayConfig:
-        """The display section, each key checked by DisplayConfig itself so its rules live in one place."""
+        """The display section, each key checked by frame.display's own validator and reported at its place."""
         if node is None:
             return DisplayConfig()
-        values = self.mapping(node, "display", DisplayConfig.__dataclass_fields__)
+        values = self.mapping(node, "display", DISPLAY_KEYS)
         if values is None:
             return DisplayConfig()
         good: dict[str, object] = {}
         constructor = yaml.SafeLoader("")
-        any_panel = {"panel": next(iter(PANELS))}   # so "backend: file" is checked on its own, not with panel auto
         for key, value_node in values.items():
             try:
                 value = constructor.construct_object(value_node, deep=True)
             except yaml.YAMLError as exc:
                 self.error(value_node, f"display.{key}: {exc}")
                 continue
-            if key == "panel" and value != "auto" and value not in PANELS:
+            if key == "panel" and value != AUTO_PANEL and value not in PANELS:
+                # in a file, name the closest panel rather than list them all
                 self.error(value_node, f"display.panel: {value!r} is not a panel{_suggest(str(value), PANELS)} "
                                        "(or \"auto\" to read the HAT's EEPROM; `slowframe panels` lists them)")
                 continue
-            if key in ("saturation", "min_interval") and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
             try:
-                DisplayConfig.from_mapping({**(any_panel if key == "backend" else {}), key: value}, where="display")
+                good[key] = check_value(key, value)
             except DisplayError as exc:
                 self.error(value_node, str(exc))
-                continue
-            good[key] = value
-        if good.get("backend") == "file" and good.get("panel", "auto") == "auto":
-            if "panel" not in values or good.get("panel") == "auto":   # else the bad name is reported already
+        if good.get("backend") == "file" and good.get("panel", AUTO_PANEL) == AUTO_PANEL:
+            if "panel" not in values or good.get("panel") == AUTO_PANEL:   # else the bad name is reported already
                 self.error(values.get("panel") or values["backend"],
                            "display.backend: the file backend has no EEPROM to read; name the panel it stands for "
                            "with display.panel (e.g. spectra6-7.3)")
             return DisplayConfig()
-        try:
-            config = DisplayConfig.from_mapping(good, where="display")
-        except DisplayError as exc:
-            self.error(node, str(exc))
-            return DisplayConfig()
+        config = DisplayConfig(**good)
         if "output" in good and not Path(config.output).expanduser().is_absolute():
             config = replace(config, output=str(self.base / Path(config.output).expanduser()))
-        if config.palette and config.panel != "auto":
+        if config.palette and config.panel != AUTO_PANEL:
             try:
                 Palette.for_panel(PANELS[config.panel], config.palette)
             except DisplayError as exc:
@@ -797,7 +789,7 @@ class _Reader:
             press = self.choice(fields_["press"], f"{where}.press", ACTIONS) if "press" in fields_ else base.press
             hold_ = self.choice(fields_["hold"], f"{where}.hold", ACTIONS) if "hold" in fields_ else base.hold
             specs[name] = ButtonSpec(name, pin, press or base.press, hold_ or base.hold)
-        panel = display.panel if display.panel != "auto" else None
+        panel = display.panel if display.panel != AUTO_PANEL else None
         owners: dict[int, str] = {}
         settings = ButtonSettings(True if enabled is None else enabled, hold or 1.0, tuple(specs.values()))
         for name, pin in settings.pins_for(panel).items():
