@@ -27,7 +27,7 @@ from frame.display.config import AUTO_PANEL, KEYS as DISPLAY_KEYS, DisplayConfig
 from frame.display.errors import DisplayError
 from frame.display.palette import Palette
 from frame.display.panels import PANELS
-from frame.themes import ORDERS, Template, TemplateError, find_cycle, parse_template
+from frame.themes import ORDERS, Origin, Template, TemplateError, WildcardLoader, parse_template
 
 SEARCH_PATH = (Path("/boot/firmware/slowframe.yaml"), Path("/etc/slowframe/config.yaml"))
 DEFAULT_MODEL_PATH = Path("/var/lib/slowframe/models/sdxl-base-1.0")
@@ -287,9 +287,8 @@ class _Reader:
         self.file = file
         self.base = base
         self.problems: list[Problem] = []
-        self.watched: list[Path] = []
-        self.nodes: dict[int, Node] = {}                      # id(template) -> where it was written
-        self.origins: dict[int, tuple[str, int, int]] = {}   # id(template) -> (list file, line, column)
+        self.written: dict[int, Origin] = {}   # id(template) -> where it was written in the file
+        self.wildcard_loader = WildcardLoader(self._wildcard_problem, self.written, Origin(file, 1, 1, None))
 
     # ------------------------------------------------------------ reporting
 
@@ -300,8 +299,10 @@ class _Reader:
         self._add(node, message, "warning", column_offset)
 
     def _add(self, node, message, severity, column_offset) -> None:
-        line, column = (node.start_mark.line + 1, node.start_mark.column + 1) if node is not None else (1, 1)
-        self.problems.append(Problem(self.file, line, column + column_offset, message, severity))
+        self.problems.append(Problem(self.file, *_place(node, column_offset), message, severity))
+
+    def _wildcard_problem(self, file: str, line: int, column: int, message: str) -> None:
+        self.problems.append(Problem(file, line, column, message))
 
     # ------------------------------------------------------------ value readers
 
@@ -431,7 +432,7 @@ class _Reader:
         except TemplateError as exc:
             self.error(node, f"{where}: {exc.message}", _column_offset(node, exc.offset))
             return None
-        self.nodes[id(template)] = node
+        self.written[id(template)] = Origin(self.file, *_place(node), _text_column(node))
         return template
 
     # ------------------------------------------------------------ the document
@@ -440,8 +441,6 @@ class _Reader:
         sections = ("model", "display", "themes", "defaults", "wildcards", "wildcard_folder", "order",
                     "no_repeat", "schedule", "history", "buttons", "log_level")
         top = (self.mapping(root, "the config", sections) or {}) if root is not None else {}
-        if source is not None:
-            self.watched.append(source)
         model = self.model(top.get("model"))
         display = self.display(top.get("display"))
         folder = self.path(top["wildcard_folder"], "wildcard_folder") if "wildcard_folder" in top \
@@ -457,7 +456,7 @@ class _Reader:
             if source is not None:
                 self.warn(root, "no themes: in the config, so the built-in themes are used (see config.example.yaml)")
             themes, wildcards = list(builtin.themes), {**builtin.wildcards, **wildcards}
-        self.resolve_wildcards(themes, wildcards, folder)
+        self.wildcard_loader.resolve([t for theme in themes for t in theme.templates], wildcards, folder)
 
         def optional(key, read):
             return read(top[key]) if key in top else None
@@ -472,7 +471,7 @@ class _Reader:
             buttons=self.buttons(top.get("buttons"), display), log_level=log_level or "info",
             warnings=tuple(sorted((p for p in self.problems if p.severity == "warning"),
                                   key=lambda p: (p.file, p.line, p.column))),
-            watched_files=tuple(self.watched))
+            watched_files=((source,) if source is not None else ()) + tuple(self.wildcard_loader.files))
 
     def model(self, node: Node | None) -> ModelSettings:
         values = self.mapping(node, "model", ("path", "preset")) if node is not None else {}
@@ -632,7 +631,8 @@ class _Reader:
                 continue
             if isinstance(value, ScalarNode) and not _is_null(value):
                 path = self.path(value, where)
-                entries = self.wildcard_file(path, value, where) if path is not None else []
+                entries = self.wildcard_loader.load_file(path, (self.file, *_place(value)), where) \
+                    if path is not None else []
             else:
                 items = self.sequence(value, where)
                 if not items and (isinstance(value, SequenceNode) or _is_null(value)):
@@ -641,71 +641,6 @@ class _Reader:
             if entries:
                 lists[name] = tuple(entries)
         return lists
-
-    def wildcard_file(self, path: Path, node: Node | None, where: str) -> list[Template]:
-        """Entries of a wildcard text file: one per line; blank lines and lines starting with # skipped."""
-        self.watched.append(path)
-        try:
-            lines = path.read_text(encoding="utf-8-sig").splitlines()
-        except FileNotFoundError:
-            self.error(node, f"{where}: the file {path} does not exist (one entry per line; # starts a comment)")
-            return []
-        except (OSError, UnicodeDecodeError) as exc:
-            self.error(node, f"{where}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
-            return []
-        entries = []
-        for number, line in enumerate(lines, 1):
-            stripped = line.strip()
-            if not stripped or stripped.startswith("#"):
-                continue
-            try:
-                template = parse_template(stripped)
-            except TemplateError as exc:
-                column = len(line) - len(line.lstrip()) + exc.offset + 1
-                self.problems.append(Problem(str(path), number, column, f"{where}: {exc.message}"))
-                continue
-            self.origins[id(template)] = (str(path), number, len(line) - len(line.lstrip()) + 1)
-            entries.append(template)
-        if not entries and not any(p.file == str(path) for p in self.problems):
-            self.error(node, f"{where}: {path} has no entries (one per line)")
-        return entries
-
-    def resolve_wildcards(self, themes: list[Theme], lists: dict[str, tuple[Template, ...]], folder: Path | None):
-        """Load ``__name__`` lists from ``wildcard_folder`` on demand; report unknown names and cycles."""
-        pending = [t for theme in themes for t in theme.templates] + [t for ts in lists.values() for t in ts]
-        checked: set[str] = set()
-        while pending:
-            template = pending.pop()
-            for ref in template.wildcards():
-                if ref.name in lists or ref.name in checked:
-                    continue
-                checked.add(ref.name)
-                candidate = folder / f"{ref.name}.txt" if folder is not None else None
-                if candidate is not None and candidate.is_file():
-                    entries = self.wildcard_file(candidate, self.nodes.get(id(template)), f"__{ref.name}__")
-                    if entries:
-                        lists[ref.name] = tuple(entries)
-                        pending += entries
-                    continue
-                known = sorted(set(lists) | _folder_names(folder))
-                close = difflib.get_close_matches(ref.name, known, n=1)
-                hint = f"did you mean __{close[0]}__? or " if close else ""
-                message = (f"unknown wildcard list __{ref.name}__; {hint}define it under wildcards: or create "
-                           f"{candidate or ref.name + '.txt'} (one entry per line)")
-                self.error_at_template(template, ref.offset, message)
-        cycle = find_cycle(lists)
-        if cycle:
-            self.error_at_template(lists[cycle[0]][0], 0, "wildcards: these lists refer to each other in a circle, "
-                                   "so a prompt would never end: " + " -> ".join(f"__{n}__" for n in cycle))
-
-    def error_at_template(self, template: Template, offset: int, message: str) -> None:
-        """An error at character ``offset`` of a template, wherever it was written (config or list file)."""
-        if id(template) in self.origins:
-            file, line, column = self.origins[id(template)]
-            self.problems.append(Problem(file, line, column + offset, message))
-        else:
-            node = self.nodes.get(id(template))
-            self.error(node, message, _column_offset(node, offset))
 
     def schedule(self, node: Node | None) -> ScheduleSettings:
         values = self.mapping(node, "schedule", ("times", "quiet_hours")) if node is not None else {}
@@ -813,15 +748,20 @@ class _AnyName(list):
         return True
 
 
-def _folder_names(folder: Path | None) -> set[str]:
-    try:
-        return {p.stem for p in folder.glob("*.txt")} if folder is not None else set()
-    except OSError:
-        return set()
+def _place(node: Node | None, column_offset: int = 0) -> tuple[int, int]:
+    """The 1-based line and column of ``node`` (1, 1 for none), ``column_offset`` columns further on."""
+    line, column = (node.start_mark.line + 1, node.start_mark.column + 1) if node is not None else (1, 1)
+    return line, column + column_offset
+
+
+def _text_column(node: Node | None) -> int | None:
+    """Columns from a scalar's start to its text's first character (1 past a quote); None for multi-line values."""
+    if not isinstance(node, ScalarNode) or node.start_mark.line != node.end_mark.line:
+        return None
+    return 1 if node.style in ('"', "'") else 0
 
 
 def _column_offset(node: Node | None, offset: int) -> int:
     """Columns from a scalar's start to character ``offset`` of its value (single-line scalars only)."""
-    if not isinstance(node, ScalarNode) or node.start_mark.line != node.end_mark.line:
-        return 0
-    return offset + (1 if node.style in ('"', "'") else 0)
+    shift = _text_column(node)
+    return 0 if shift is None else offset + shift
