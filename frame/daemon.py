@@ -35,7 +35,8 @@ from pathlib import Path
 from PIL import Image
 
 from frame.buttons import ButtonEvent, Buttons, ButtonsUnavailable
-from frame.config import Config, ConfigError, Problem, ScheduleSettings, Theme, find_config, load_config
+from frame.config import (Config, ConfigError, Problem, ScheduleSettings, Theme, default_config, find_config,
+                          load_config)
 from frame.control import SOCKET_NAME, ControlServer
 from frame.display.errors import DisplayError
 from frame.history import History, write_atomic
@@ -257,7 +258,7 @@ class Daemon:
             self.notifier.reloading()
         try:
             path = find_config(self.config_path)
-            config = load_config(path) if path is not None else Config.defaults()
+            config = load_config(path) if path is not None else default_config()
         except ConfigError as exc:
             self.config_problems = exc.problems
             errors = [p for p in exc.problems if p.severity == "error"]

@@ -7,17 +7,21 @@ A template is text with two kinds of choice in it:
 - ``__colour__`` picks one entry of the wildcard list ``colour`` (defined in the config
   or in a text file); entries are templates themselves.
 
-Expansion is a pure function of the template, the lists and a seed, so a picture's
+``WildcardLoader`` reads list files (one entry per line) and checks that every
+``__name__`` a set of prompts uses resolves, without lists referring to each other in a
+circle. Expansion is a pure function of the template, the lists and a seed, so a picture's
 recorded seed reproduces its prompt. ``ThemePicker`` chooses which theme comes next and
 ``choose_prompt`` draws a seed whose prompt is not among the recent ones.
 """
 
 from __future__ import annotations
 
+import difflib
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 MAX_DEPTH = 16          # wildcard lists may refer to other lists; deeper than this is a cycle
 _WILDCARD = re.compile(r"__([A-Za-z0-9][A-Za-z0-9_-]*?)__")
@@ -159,6 +163,128 @@ def find_cycle(lists: Mapping[str, Sequence[Template]]) -> list[str] | None:
                 start = cycle.index(cycle[-1])
                 return cycle[start:]
     return None
+
+
+Place = tuple[str, int, int]   # file, 1-based line, 1-based column
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a template is written: file, 1-based line and column.
+
+    ``text_column``: how many columns on from there the template's text starts (1 after a
+    quote); None when columns inside it cannot be counted (text over several lines).
+    """
+
+    file: str
+    line: int
+    column: int
+    text_column: int | None = 0
+
+    @property
+    def start(self) -> Place:
+        return self.file, self.line, self.column
+
+    def at(self, offset: int) -> Place:
+        """Where character ``offset`` of the template is (its start when that cannot be counted)."""
+        return self.file, self.line, self.column + (0 if self.text_column is None else self.text_column + offset)
+
+
+class WildcardLoader:
+    """Wildcard lists read from text files, and the check that every ``__name__`` resolves without a cycle.
+
+    ``written`` tells where each template of the config itself was written (by ``id``;
+    ``unplaced`` stands for the others); every problem goes to ``report(file, line, column,
+    message)``; ``files`` lists each list file read, so the daemon can watch them.
+    """
+
+    def __init__(self, report: Callable[[str, int, int, str], None], written: Mapping[int, Origin],
+                 unplaced: Origin):
+        self.report = report
+        self.written = written
+        self.unplaced = unplaced
+        self.files: list[Path] = []
+        self._from_files: dict[int, Origin] = {}   # id(template) -> its line in a list file
+        self._troubled: set[str] = set()            # files a problem was reported in
+
+    def _report(self, place: Place, message: str) -> None:
+        self._troubled.add(place[0])
+        self.report(*place, message)
+
+    def load_file(self, path: Path, at: Place, where: str) -> list[Template]:
+        """Entries of a wildcard text file: one per line; blank lines and lines starting with # skipped.
+
+        ``at`` is where the file was asked for, for problems with the file as a whole.
+        """
+        self.files.append(path)
+        try:
+            lines = path.read_text(encoding="utf-8-sig").splitlines()
+        except FileNotFoundError:
+            self._report(at, f"{where}: the file {path} does not exist (one entry per line; # starts a comment)")
+            return []
+        except (OSError, UnicodeDecodeError) as exc:
+            self._report(at, f"{where}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
+            return []
+        entries = []
+        for number, line in enumerate(lines, 1):
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            origin = Origin(str(path), number, len(line) - len(line.lstrip()) + 1)
+            try:
+                template = parse_template(stripped)
+            except TemplateError as exc:
+                self._report(origin.at(exc.offset), f"{where}: {exc.message}")
+                continue
+            self._from_files[id(template)] = origin
+            entries.append(template)
+        if not entries and str(path) not in self._troubled:
+            self._report(at, f"{where}: {path} has no entries (one per line)")
+        return entries
+
+    def resolve(self, templates: Iterable[Template], lists: dict[str, tuple[Template, ...]],
+                folder: Path | None) -> None:
+        """Add the ``__name__`` lists that ``templates`` and ``lists`` use from ``folder`` (``name.txt``) to
+        ``lists``; report the names found nowhere and lists that refer to each other in a circle."""
+        pending = list(templates) + [t for ts in lists.values() for t in ts]
+        checked: set[str] = set()
+        while pending:
+            template = pending.pop()
+            for ref in template.wildcards():
+                if ref.name in lists or ref.name in checked:
+                    continue
+                checked.add(ref.name)
+                candidate = folder / f"{ref.name}.txt" if folder is not None else None
+                if candidate is not None and candidate.is_file():
+                    # problems with the whole file are shown where the config asked for it (its top when the
+                    # asking template is itself from a list file)
+                    entries = self.load_file(candidate, self.written.get(id(template), self.unplaced).start,
+                                             f"__{ref.name}__")
+                    if entries:
+                        lists[ref.name] = tuple(entries)
+                        pending += entries
+                    continue
+                known = sorted(set(lists) | _folder_names(folder))
+                close = difflib.get_close_matches(ref.name, known, n=1)
+                hint = f"did you mean __{close[0]}__? or " if close else ""
+                message = (f"unknown wildcard list __{ref.name}__; {hint}define it under wildcards: or create "
+                           f"{candidate or ref.name + '.txt'} (one entry per line)")
+                self._report(self._origin(template).at(ref.offset), message)
+        cycle = find_cycle(lists)
+        if cycle:
+            self._report(self._origin(lists[cycle[0]][0]).at(0),
+                         "wildcards: these lists refer to each other in a circle, so a prompt would never end: "
+                         + " -> ".join(f"__{n}__" for n in cycle))
+
+    def _origin(self, template: Template) -> Origin:
+        return self._from_files.get(id(template)) or self.written.get(id(template), self.unplaced)
+
+
+def _folder_names(folder: Path | None) -> set[str]:
+    try:
+        return {p.stem for p in folder.glob("*.txt")} if folder is not None else set()
+    except OSError:
+        return set()
 
 
 def expand(template: Template, lists: Mapping[str, Sequence[Template]], rng: random.Random) -> str:

@@ -12,7 +12,7 @@ import pytest
 
 import frame.config as config_module
 from frame.cli import main
-from frame.config import Config, ConfigError, check_config, find_config, load_config
+from frame.config import ConfigError, check_config, default_config, find_config, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -219,7 +219,7 @@ def test_no_themes_key_uses_the_builtin_themes_with_a_warning(tmp_path):
     path = tmp_path / "f.yaml"
     path.write_text("order: sequential\n")
     config = load_config(path)
-    assert [t.name for t in config.themes] == [t.name for t in Config.defaults().themes]
+    assert [t.name for t in config.themes] == [t.name for t in default_config().themes]
     assert config.order == "sequential"
     assert "built-in themes" in config.warnings[0].message
 

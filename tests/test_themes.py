@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from frame.themes import (Choice, TemplateError, ThemePicker, Wildcard, choose_prompt, expand, find_cycle,
-                          parse_template, prompt_for_seed)
+from frame.themes import (Choice, Origin, TemplateError, ThemePicker, Wildcard, WildcardLoader, choose_prompt, expand,
+                          find_cycle, parse_template, prompt_for_seed)
 
 
 def lists(**entries):
@@ -69,6 +69,29 @@ def test_cycles_between_lists_are_found():
     assert find_cycle(lists(a=["x __b__"], b=["__c__"], c=["__a__", "y"])) == ["a", "b", "c", "a"]
     assert find_cycle(lists(a=["__a__"])) == ["a", "a"]
     assert find_cycle(lists(a=["__b__"], b=["plain"])) is None
+
+
+def test_wildcard_loader_reads_list_files_and_points_at_each_problem(tmp_path):
+    folder = tmp_path / "lists"
+    folder.mkdir()
+    (folder / "style.txt").write_text("# styles\n\nwoodcut\n  {gouache|ink\n  __mood__ print\n")
+    (folder / "mood.txt").write_text("calm\n__style__\n")
+    problems = []
+    prompt = parse_template("a __style__ sea, __colr__")
+    loader = WildcardLoader(lambda *problem: problems.append(problem), {id(prompt): Origin("f.yaml", 3, 13, 1)},
+                            Origin("f.yaml", 1, 1, None))
+    found: dict = {}
+    loader.resolve([prompt], found, folder)
+    assert [t.source for t in found["style"]] == ["woodcut", "__mood__ print"]
+    assert sorted(loader.files) == [folder / "mood.txt", folder / "style.txt"]
+    style = str(folder / "style.txt")
+    assert problems == [   # a mistake in a file at its line; an unknown name at the character in the prompt
+        (style, 4, 3, "__style__: '{' is never closed: add the '}' that ends its alternatives"),
+        ("f.yaml", 3, 31, f"unknown wildcard list __colr__; define it under wildcards: or create {folder / 'colr.txt'} "
+                          "(one entry per line)"),
+        (style, 3, 1, "wildcards: these lists refer to each other in a circle, so a prompt would never end: "
+                      "__style__ -> __mood__ -> __style__"),
+    ]
 
 
 def test_choose_prompt_avoids_recent_prompts():

@@ -1,14 +1,17 @@
-"""The ``display:`` settings: which backend and panel, how pictures are fitted and dithered.
+"""The ``display:`` settings and their one validator: which backend and panel, how pictures are fitted and dithered.
 
-``DisplayConfig.from_mapping`` reads the YAML mapping (every key optional) and checks
-each value, naming the key and what is allowed when one is wrong.
+KEYS is the table of keys (what each holds, which values it takes, what it means);
+DisplayConfig holds the values with their defaults. ``check_value`` checks one key's
+value and ``DisplayConfig`` checks the whole set when built, so the config file's
+``display:`` section (frame.config, which adds file positions) and ``open_display(mapping)``
+run the same rules and report them in the same words.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from frame.display.dither import DEFAULT_METHOD, METHODS, TONE_MODES
 from frame.display.errors import DisplayError
@@ -17,31 +20,63 @@ from frame.display.panels import PANELS
 
 BACKENDS = ("inky", "file")
 ORIENTATIONS = {"landscape": 0, "portrait": 90, "landscape-flipped": 180, "portrait-flipped": 270}
+AUTO_PANEL = "auto"   # read the HAT's EEPROM (the inky backend only)
+
+
+@dataclass(frozen=True)
+class DisplayKey:
+    """One ``display:`` key: the type of its value, which values it takes, what it means.
+
+    ``choices``: the allowed names (``also``: names accepted without being listed); ``bad``:
+    for numbers, why a value is out of range (None when it is in range).
+    """
+
+    type: type
+    doc: str
+    choices: tuple[str, ...] = ()
+    also: tuple[str, ...] = ()
+    bad: Callable[[float], str | None] | None = None
+
+    def check(self, key: str, value, strict: bool = False) -> None:
+        """DisplayError saying what is allowed when ``value`` is not; ``strict``: the ``also`` names are not."""
+        if self.choices and value not in (self.choices if strict else self.choices + self.also):
+            raise DisplayError(f"display.{key}: {value!r} is not one of {', '.join(self.choices)}")
+        if self.bad is not None and (why := self.bad(value)):
+            raise DisplayError(f"display.{key}: {value} {why}")
+
+
+KEYS: dict[str, DisplayKey] = {   # in DisplayConfig's order
+    "backend": DisplayKey(str, '"inky" (the panel on the HAT) or "file" (PNGs in ``output``; for a PC and tests)',
+                          BACKENDS),
+    "panel": DisplayKey(str, '"auto" (read the HAT\'s EEPROM; inky only) or a name from ``slowframe panels``',
+                        tuple(PANELS), also=(AUTO_PANEL,)),
+    "orientation": DisplayKey(str, "how the panel hangs: landscape, portrait (turned 90 degrees clockwise), "
+                                   "landscape-flipped, portrait-flipped", tuple(ORIENTATIONS)),
+    "flip_horizontal": DisplayKey(bool, "mirror the picture left to right (for panels mounted behind glass etc.)"),
+    "flip_vertical": DisplayKey(bool, "mirror the picture top to bottom"),
+    "fit": DisplayKey(str, '"cover" (fill, crop the rest), "contain" (letterbox) or "none" (1:1 pixels)', FIT_MODES),
+    "crop": DisplayKey(str, 'what "cover" keeps: "centre" or "saliency"', CROP_MODES),
+    "method": DisplayKey(str, "the error-diffusion kernel (``slowframe dither --help`` lists them)", tuple(METHODS)),
+    "saturation": DisplayKey(float, "0..1 as in inky: 1 aims with the measured inks (faithful), 0 with pure colours",
+                             bad=lambda v: None if 0.0 <= v <= 1.0 else "is not between 0 and 1"),
+    "tone": DisplayKey(str, '"compress" (default), "stretch" (auto-levels first) or "off"', TONE_MODES),
+    "palette": DisplayKey(dict, 'this unit\'s measured inks, e.g. {"white": [185, 202, 205]} (checked against '
+                                "the panel's inks by Palette.for_panel)"),
+    "caption": DisplayKey(bool, "put the prompt under each picture"),
+    "min_interval": DisplayKey(float, "seconds from the end of one refresh to the start of the next (e-ink needs "
+                                      "rest)", bad=lambda v: "seconds cannot be negative" if v < 0 else None),
+    "busy_retries": DisplayKey(int, "how often to retry a refresh whose BUSY line timed out",
+                               bad=lambda v: "cannot be negative" if v < 0 else None),
+    "output": DisplayKey(str, "folder for the file backend"),
+}
 
 
 @dataclass(frozen=True)
 class DisplayConfig:
-    """Display settings; the defaults suit an Inky Impression found through its EEPROM.
-
-    backend        "inky" (the panel on the HAT) or "file" (PNGs in ``output``; for a PC and tests)
-    panel          "auto" (read the HAT's EEPROM; inky only) or a name from ``slowframe panels``
-    orientation    how the panel hangs: landscape, portrait (turned 90 degrees clockwise),
-                   landscape-flipped, portrait-flipped
-    flip_horizontal, flip_vertical   mirror the picture (for panels mounted behind glass etc.)
-    fit, crop      "cover" (fill, crop the rest: "centre" or "saliency"), "contain" (letterbox)
-                   or "none" (1:1 pixels)
-    method         the error-diffusion kernel (``slowframe dither --help`` lists them)
-    saturation     0..1 as in inky: 1 aims with the measured inks (faithful), 0 with pure colours
-    tone           "compress" (default), "stretch" (auto-levels first) or "off"
-    palette        this unit's measured inks, e.g. {"white": [185, 202, 205]}
-    caption        put the prompt under each picture
-    min_interval   seconds from the end of one refresh to the start of the next (e-ink needs rest)
-    busy_retries   how often to retry a refresh whose BUSY line timed out
-    output         folder for the file backend
-    """
+    """Display settings (KEYS says what each means); the defaults suit an Inky Impression found by its EEPROM."""
 
     backend: str = "inky"
-    panel: str = "auto"
+    panel: str = AUTO_PANEL
     orientation: str = "landscape"
     flip_horizontal: bool = False
     flip_vertical: bool = False
@@ -57,20 +92,10 @@ class DisplayConfig:
     output: str = "slowframe-display"
 
     def __post_init__(self):
-        _choice("backend", self.backend, BACKENDS)
-        if self.panel != "auto" or self.backend == "file":
-            _choice("panel", self.panel, tuple(PANELS))
-        _choice("orientation", self.orientation, tuple(ORIENTATIONS))
-        _choice("fit", self.fit, FIT_MODES)
-        _choice("crop", self.crop, CROP_MODES)
-        _choice("method", self.method, tuple(METHODS))
-        _choice("tone", self.tone, TONE_MODES)
-        if not 0.0 <= self.saturation <= 1.0:
-            raise DisplayError(f"display.saturation: {self.saturation} is not between 0 and 1")
-        if self.min_interval < 0:
-            raise DisplayError(f"display.min_interval: {self.min_interval} seconds cannot be negative")
-        if self.busy_retries < 0:
-            raise DisplayError(f"display.busy_retries: {self.busy_retries} cannot be negative")
+        # named values first, then numbers: the first problem found is the one reported
+        for key in [k for k, s in KEYS.items() if s.choices] + [k for k, s in KEYS.items() if s.bad]:
+            # the file backend has no EEPROM to read, so it needs a panel name, not "auto"
+            KEYS[key].check(key, getattr(self, key), strict=key == "panel" and self.backend == "file")
 
     @property
     def rotation(self) -> int:
@@ -78,42 +103,45 @@ class DisplayConfig:
         return ORIENTATIONS[self.orientation]
 
     @classmethod
-    def from_mapping(cls, values: Mapping | None, where: str = "display") -> DisplayConfig:
-        """Settings from a YAML mapping; DisplayError naming ``where.key`` for a bad one."""
+    def from_mapping(cls, values: Mapping | None) -> DisplayConfig:
+        """Settings from a YAML mapping; DisplayError naming ``display.key`` for a bad one."""
         if values is None:
             return cls()
         if not isinstance(values, Mapping):
-            raise DisplayError(f"{where}: expected a mapping of settings, got {type(values).__name__}")
-        known = {f.name: f for f in fields(cls)}
+            raise DisplayError(f"display: expected a mapping of settings, got {type(values).__name__}")
         kwargs = {}
         for key, value in values.items():
-            if key not in known:
-                close = difflib.get_close_matches(str(key), known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else f"; known keys: {', '.join(known)}"
-                raise DisplayError(f"{where}: unknown key {key!r}{hint}")
-            kwargs[key] = _typed(f"{where}.{key}", key, value, getattr(cls, key, None))
+            if key not in KEYS:
+                close = difflib.get_close_matches(str(key), KEYS, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else f"; known keys: {', '.join(KEYS)}"
+                raise DisplayError(f"display: unknown key {key!r}{hint}")
+            kwargs[key] = _typed(key, value)
         return cls(**kwargs)
 
 
-def _choice(key: str, value, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise DisplayError(f"display.{key}: {value!r} is not one of {', '.join(allowed)}")
+def check_value(key: str, value) -> object:
+    """``value`` for ``display.key`` as DisplayConfig holds it, checked on its own (without the other keys)."""
+    value = _typed(key, value)
+    KEYS[key].check(key, value)
+    return value
 
 
-def _typed(where: str, key: str, value, default):
-    if key == "palette":
+def _typed(key: str, value) -> object:
+    """``value`` as the type of ``display.key`` (ints become floats for numbers); DisplayError when it is not."""
+    where, kind = f"display.{key}", KEYS[key].type
+    if kind is dict:
         if not isinstance(value, Mapping):
             raise DisplayError(f"{where}: expected ink: [r, g, b] entries, got {type(value).__name__}")
-        return dict(value)  # checked against the panel's inks by Palette.for_panel
-    if isinstance(default, bool):
+        return dict(value)
+    if kind is bool:
         if not isinstance(value, bool):
             raise DisplayError(f"{where}: expected true or false, got {value!r}")
         return value
-    if isinstance(default, int):
+    if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise DisplayError(f"{where}: expected a whole number, got {value!r}")
         return value
-    if isinstance(default, float):
+    if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise DisplayError(f"{where}: expected a number, got {value!r}")
         return float(value)
