@@ -34,11 +34,12 @@ from pathlib import Path
 
 from PIL import Image
 
+from engine.atomic import write_bytes
 from frame.buttons import ButtonEvent, Buttons, ButtonsUnavailable
 from frame.config import SEARCH_PATH, Config, ConfigError, Problem, ScheduleSettings, Theme, find_config, load_config
 from frame.control import SOCKET_NAME, ControlServer
 from frame.display.errors import DisplayError
-from frame.history import History, write_atomic
+from frame.history import History
 from frame.jobs import Job, JobStore
 from frame.notify import Notifier, Watchdog
 from frame.scheduler import Clock, SystemClock, describe_wait, due_at, quiet_hours_at, quiet_until
@@ -746,7 +747,7 @@ class Daemon:
     def _save_state(self) -> None:
         state = {"last_new": _iso(self.last_new) if self.last_new else None, "shown": self.shown_id,
                  "cursor": self.cursor, "picker": self.picker.state if self.picker else self._picker_state}
-        write_atomic(self._state_path, (json.dumps(state, indent=2) + "\n").encode())
+        write_bytes(self._state_path, (json.dumps(state, indent=2) + "\n").encode())
 
 
 def _iso(t: dt.datetime) -> str:
