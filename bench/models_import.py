@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -34,9 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's en
 import engine  # noqa: E402,F401  (before numpy: it sets OpenBLAS's thread spin, read when numpy loads)
 import numpy as np  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+from engine.atomic import publish  # noqa: E402
+from harness import CACHE as BENCH_CACHE  # noqa: E402  (bench/, the script's own folder)
+from harness import REPO  # noqa: E402
+
 sys.path.insert(0, str(REPO / "tests"))
-CACHE = Path(os.environ.get("SLOWFRAME_BENCH_CACHE", "~/.cache/slowframe-bench")).expanduser() / "models-import"
+CACHE = BENCH_CACHE / "models-import"
 
 SDXL_UNET = {
     "_class_name": "UNet2DConditionModel", "addition_embed_type": "text_time", "addition_time_embed_dim": 256,
@@ -81,7 +83,7 @@ def write_checkpoint(path: Path) -> None:
 
     tmp = path.with_suffix(".partial")
     write_sgm_file(tmp, sgm_entries(CONFIGS), random_fp16)
-    os.replace(tmp, path)
+    publish(tmp, path)
 
 
 def check_derived_configs(path: Path) -> list[str]:

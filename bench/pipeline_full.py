@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -35,13 +34,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
-import unet_full  # noqa: E402
-from unet_full import (CACHE, MB, cgroup_unavailable_reason, describe_cgroup, describe_drop,  # noqa: E402
-                       drop_page_cache, log, run_in_cgroup)
+from harness import (CACHE, MB, cgroup_unavailable_reason, describe_cgroup, describe_drop,  # noqa: E402
+                     drop_page_cache, in_cgroup, log, reset_peak_rss, run_in_cgroup)
 from kernels_check import require_c_kernels  # noqa: E402
 
 # Its own cgroup, so it can run while another benchmark holds the UNet benchmark's.
-unet_full.CGROUP_DIR = unet_full.CGROUP_ROOT / "slowframe-pipeline-bench"
+CGROUP_NAME = "slowframe-pipeline-bench"
 
 ROOT = CACHE / "sdxl-random-pipeline"
 SCHEDULER = {"_class_name": "EulerDiscreteScheduler", "num_train_timesteps": 1000, "beta_start": 0.00085,
@@ -95,7 +93,7 @@ def child(argv: list[str], result: Path) -> int:
 
     def stage_ends(name: str) -> None:
         stages[name] = max(stages.get(name, 0), peak_rss_bytes())
-        unet_full.reset_peak_rss()
+        reset_peak_rss()
 
     def measured(method, name: str, before: str):
         def run(*args, **kwargs):
@@ -127,7 +125,7 @@ def run(args: argparse.Namespace, procs: Path | None) -> tuple[int, dict]:
             "--restart", "--json"]
     cmd = [sys.executable, str(Path(__file__).resolve()), "_child", str(result), json.dumps(argv)]
     if procs is not None:
-        cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs)] + cmd
+        cmd = in_cgroup(cmd, procs)
     events = []
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
     for line in proc.stdout:
@@ -162,7 +160,7 @@ def main(argv=None) -> int:
         rc, res = run(args, None)
         cg = None
     else:
-        rc, res, cg = run_in_cgroup(lambda procs: run(args, procs))
+        rc, res, cg = run_in_cgroup(lambda procs: run(args, procs), CGROUP_NAME)
         log(f"[cgroup] {describe_cgroup(cg, rc)}")
     wall = time.perf_counter() - started
     done = [e for e in res.get("events", []) if e["event"] == "done"]

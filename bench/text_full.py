@@ -19,7 +19,7 @@ Run from the repository root:
     python bench/text_full.py --presets rpi-lowmem --skip-transformers
     python bench/text_full.py --build-only
 
-Not run in CI. Each case runs as `python bench/text_full.py _child SPEC OUT`.
+Not run in CI. Each case runs as `python bench/text_full.py _child SPEC` (bench/harness.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,11 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's en
 import engine  # noqa: E402,F401  (before numpy: it sets OpenBLAS's thread spin, read when numpy loads)
 import numpy as np  # noqa: E402
 
+from harness import CACHE, child_main, describe_rc, proc_status_kb, run_child  # noqa: E402
 from kernels_check import require_c_kernels  # noqa: E402  (bench/, the script's own folder)
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-CACHE = Path(os.environ.get("SLOWFRAME_BENCH_CACHE", "~/.cache/slowframe-bench")).expanduser()
+SCRIPT = Path(__file__).resolve()
 MODEL = CACHE / "sdxl-text-random"
 FIELDS = ("prompt_embeds", "negative_embeds", "pooled", "negative_pooled")
 
@@ -110,22 +108,21 @@ def cpu_seconds() -> float:
 
 
 def peak_rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    return proc_status_kb("VmHWM") / 1024
 
 
-def child_slowframe(preset: str) -> dict:
+def child_slowframe(spec: dict) -> dict:
     from engine.sdxl import TextEncoders
 
     started = time.perf_counter()
-    with TextEncoders.load(MODEL, preset=preset, cache=False) as te:
+    with TextEncoders.load(MODEL, preset=spec["preset"], cache=False) as te:
         c = te.encode(PROMPT, NEGATIVE, emphasis=False)
-    seconds = time.perf_counter() - started
-    return dict(seconds=seconds, cpu_seconds=cpu_seconds(), peak_rss_mb=peak_rss_mb(),
-                outputs={f: getattr(c, f) for f in FIELDS})
+    figures = dict(seconds=time.perf_counter() - started, cpu_seconds=cpu_seconds(), peak_rss_mb=peak_rss_mb())
+    np.savez(spec["output"], **{f: getattr(c, f) for f in FIELDS})
+    return figures
 
 
-def child_transformers() -> dict:
+def child_transformers(spec: dict) -> dict:
     import torch
     from transformers import CLIPTextModel, CLIPTextModelWithProjection
 
@@ -151,24 +148,24 @@ def child_transformers() -> dict:
     width = embeds.shape[-1]
     outputs = dict(prompt_embeds=embeds[:chunks].reshape(1, -1, width), negative_embeds=embeds[chunks:].reshape(
         1, -1, width), pooled=pooled[:1], negative_pooled=pooled[chunks:chunks + 1])
-    return dict(seconds=time.perf_counter() - started, cpu_seconds=cpu_seconds(), peak_rss_mb=peak_rss_mb(),
-                outputs=outputs)
+    figures = dict(seconds=time.perf_counter() - started, cpu_seconds=cpu_seconds(), peak_rss_mb=peak_rss_mb())
+    np.savez(spec["output"], **outputs)
+    return figures
 
 
-def run_child(spec: dict, out: Path) -> dict:
-    subprocess.run([sys.executable, __file__, "_child", json.dumps(spec), str(out)], check=True)
-    with np.load(out) as data:
-        result = json.loads(str(data["meta"]))
+def run_case(spec: dict, scratch: Path, label: str) -> dict:
+    """One case in a fresh process: its figures (a JSON result) and its four outputs (an .npz)."""
+    name = label.replace(" ", "-")
+    spec = dict(spec, output=str(scratch / f"{name}.npz"), result=str(scratch / f"{name}.json"))
+    rc, result, _ = run_child(SCRIPT, spec)
+    if rc != 0 or not result or result.get("error"):
+        raise SystemExit(f"{label} failed ({describe_rc(rc)})")
+    with np.load(spec["output"]) as data:
         result["outputs"] = {f: data[f] for f in FIELDS}
     return result
 
 
 def main() -> int:
-    if len(sys.argv) == 4 and sys.argv[1] == "_child":
-        spec, out = json.loads(sys.argv[2]), Path(sys.argv[3])
-        r = child_transformers() if spec["kind"] == "transformers" else child_slowframe(spec["preset"])
-        np.savez(out, meta=json.dumps({k: v for k, v in r.items() if k != "outputs"}), **r["outputs"])
-        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--presets", nargs="+", default=["rpi-lowmem", "rpi", "default"])
     parser.add_argument("--skip-transformers", action="store_true")
@@ -186,7 +183,7 @@ def main() -> int:
         cases.append(("transformers fp32", {"kind": "transformers"}))
     for label, spec in cases:
         print(f"running {label} ...", flush=True)
-        results[label] = run_child(spec, scratch / f"{label.replace(' ', '-')}.npz")
+        results[label] = run_case(spec, scratch, label)
     reference = results.get("transformers fp32")
     print(f"\n225-token prompt + negative prompt, 3 chunks each (cores: {os.cpu_count()})")
     print(f"{'case':<18s} {'seconds':>8s} {'CPU s':>7s} {'peak RSS MB':>12s}  agreement with transformers fp32 "
@@ -203,5 +200,9 @@ def main() -> int:
     return 0
 
 
+CHILD_KINDS = {"slowframe": child_slowframe, "transformers": child_transformers}
+
 if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "_child":
+        sys.exit(child_main(sys.argv[2], CHILD_KINDS))
     sys.exit(main())

@@ -25,27 +25,23 @@ needs ~11-16 GB. Run from the repository root:
 
 Every measured case runs in a fresh subprocess (so peak RSS is per case); the
 child entry point is the hidden subcommand `_child` of this file, which gets a
-JSON spec on the command line and writes a JSON result file. Only the children
-import torch, diffusers or engine. Not run in CI.
+JSON spec on the command line and writes a JSON result file (bench/harness.py,
+shared with the other benchmarks). Only the children import torch, diffusers or
+engine.sdxl. Not run in CI.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import fcntl
 import gc
 import hashlib
 import json
-import mmap
 import os
 import platform
 import shutil
-import signal
-import subprocess
 import sys
 import time
-import traceback
 import uuid
 from pathlib import Path
 
@@ -53,12 +49,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's en
 import engine  # noqa: E402,F401  (before numpy: it sets OpenBLAS's thread spin, read when numpy loads)
 import numpy as np  # noqa: E402
 
+from engine.atomic import atomic_folder, publish  # noqa: E402
+from harness import (CACHE, MB, REPO, child_alloc, child_main, cgroup_selftest, cgroup_unavailable_reason,  # noqa: E402
+                     compare, describe_cgroup, describe_drop, describe_rc, drop_page_cache, fmt, listed_rounds, log,
+                     memory_figures, page_cache_fraction, print_table, proc_io, read_json, reset_peak_rss, run_child,
+                     run_in_cgroup, verdict, write_json)
 from kernels_check import require_c_kernels  # noqa: E402  (bench/, the script's own folder)
 
-REPO = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).resolve()
 
-CACHE = Path(os.environ.get("SLOWFRAME_BENCH_CACHE", "~/.cache/slowframe-bench")).expanduser()
 # SLOWFRAME_BENCH_TINY=1: a tiny UNet with SDXL's input/conditioning shapes, to smoke-test this
 # script in a minute (its own weights, references and runs; figures mean nothing).
 TINY = os.environ.get("SLOWFRAME_BENCH_TINY", "") not in ("", "0")
@@ -73,10 +72,6 @@ PRESETS = ("default", "rpi", "rpi-lowmem")
 BATCH = 1
 TIMESTEP = 500.0
 INPUT_SEED = 20240601
-
-CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
-CGROUP_DIR = CGROUP_ROOT / "slowframe-bench"
-CGROUP_LIMIT = 256 * 1024 * 1024  # 268435456
 
 # Targets (MB = 10**6 bytes, the stricter reading of "250 MB").
 TARGET_LOWMEM_RSS_MB = 250.0
@@ -121,77 +116,8 @@ if TINY:
                             attention_head_dim=[2, 4, 4], norm_num_groups=8)
     EXPECTED_PARAMS = None
 
-MB = 1e6
-PAGE = mmap.PAGESIZE
-
 
 # ----------------------------------------------------------------------------- small helpers
-
-
-def log(msg: str = "") -> None:
-    print(msg, flush=True)
-
-
-def write_json(path: Path, obj) -> None:
-    """Write JSON atomically (temp name + rename), so a reader never sees half a file."""
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
-def read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def proc_status_kb(field: str) -> int | None:
-    """A 'kB' field of /proc/self/status (VmHWM, VmRSS...), or None where there is no /proc."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def proc_io() -> dict:
-    """/proc/self/io: read_bytes counts what this process actually read from the block device."""
-    out = {}
-    try:
-        with open("/proc/self/io") as f:
-            for line in f:
-                k, v = line.split(":")
-                out[k.strip()] = int(v)
-    except (OSError, ValueError):
-        pass
-    return out
-
-
-def memory_figures() -> dict:
-    import resource
-
-    hwm = proc_status_kb("VmHWM")
-    rss = proc_status_kb("VmRSS")
-    return {
-        "vmhwm_bytes": None if hwm is None else hwm * 1024,
-        "vmrss_bytes": None if rss is None else rss * 1024,
-        # ru_maxrss is in kB on Linux
-        "ru_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-    }
-
-
-def reset_peak_rss() -> bool:
-    """Reset this process's VmHWM to its current RSS (Linux: write 5 to /proc/self/clear_refs)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def parse_value(text: str):
@@ -233,124 +159,6 @@ def file_sha256(paths) -> str:
     return h.hexdigest()
 
 
-def fmt(x, spec=".2f", none="-"):
-    if x is None:
-        return none
-    try:
-        return format(x, spec)
-    except (TypeError, ValueError):
-        return str(x)
-
-
-# ----------------------------------------------------------------------------- page cache
-
-
-def _libc():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    return libc
-
-
-def page_cache_fraction(path: Path) -> float | None:
-    """Fraction of the file's pages that are in the page cache (mincore on a throwaway mapping)."""
-    try:
-        size = os.path.getsize(path)
-        if size == 0:
-            return 0.0
-        libc = _libc()
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-            if addr is None or addr == ctypes.c_void_p(-1).value:
-                return None
-            try:
-                pages = (size + PAGE - 1) // PAGE
-                vec = (ctypes.c_ubyte * pages)()
-                if libc.mincore(addr, size, vec) != 0:
-                    return None
-                resident = int((np.frombuffer(vec, dtype=np.uint8) & 1).sum())
-                return resident / pages
-            finally:
-                libc.munmap(addr, size)
-        finally:
-            os.close(fd)
-    except OSError:
-        return None
-
-
-def drop_page_cache(path: Path) -> dict:
-    """posix_fadvise(DONTNEED) on the whole file; returns the cached fraction before and after."""
-    before = page_cache_fraction(path)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    after = page_cache_fraction(path)
-    return {"cached_before": before, "cached_after": after}
-
-
-def describe_drop(d: dict) -> str:
-    def pct(x):
-        return "?" if x is None else f"{100 * x:.1f}%"
-
-    s = f"page cache of weights: {pct(d.get('cached_before'))} -> {pct(d.get('cached_after'))} after POSIX_FADV_DONTNEED"
-    after = d.get("cached_after")
-    if after is not None and after > 0.01:
-        s += " (some pages stayed: mapped by another process?) - 1st eval is NOT fully cold"
-    else:
-        s += " - 1st eval is a cold read"
-    return s
-
-
-# ----------------------------------------------------------------------------- subprocesses
-
-
-def child_cmd(spec: dict) -> list[str]:
-    return [sys.executable, str(SCRIPT), "_child", json.dumps(spec)]
-
-
-def run_child(spec: dict, *, cgroup_procs: Path | None = None, nice: int = 0) -> tuple[int, dict | None, float]:
-    """Run one child case; returns (returncode, result json or None, wall seconds).
-
-    With cgroup_procs, the child is started through a tiny sh wrapper that writes
-    its own pid to that cgroup.procs file and then execs python, so everything the
-    child does (imports included) is charged to the cgroup.
-    """
-    result_path = Path(spec["result"])
-    try:
-        result_path.unlink()
-    except FileNotFoundError:
-        pass
-    cmd = child_cmd(spec)
-    if cgroup_procs is not None:
-        cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup_procs)] + cmd
-    preexec = (lambda: os.nice(nice)) if nice else None
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=str(REPO), preexec_fn=preexec)
-    try:
-        rc = proc.wait()
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
-        proc.wait()
-        raise
-    return rc, read_json(result_path), time.perf_counter() - t0
-
-
-def describe_rc(rc: int) -> str:
-    if rc == 0:
-        return "exit 0"
-    if rc < 0:
-        try:
-            return f"killed by {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"killed by signal {-rc}"
-    return f"exit {rc}"
-
-
 # ----------------------------------------------------------------------------- step 1: weights
 
 
@@ -381,26 +189,20 @@ def ensure_weights() -> dict:
         if info is not None:  # another run finished building while we waited for the lock
             log(f"[weights] using {UNET_DIR}, built meanwhile by another run")
             return info
-        for stale in MODEL_DIR.glob("unet.partial-*"):
-            log(f"[weights] removing interrupted build {stale}")
-            shutil.rmtree(stale, ignore_errors=True)
         if UNET_DIR.exists():
             # Never produced by an interrupted build (the rename comes last), so leave it to a person.
             raise SystemExit(f"[weights] {UNET_DIR} exists but has no valid {BUILD_INFO_NAME} (or its weights "
                              f"file has the wrong size): not built by this script, or damaged. Remove it to rebuild.")
-        tmp = MODEL_DIR / f"unet.partial-{os.getpid()}"
-        tmp.mkdir()
-        log(f"[weights] building random SDXL UNet weights in {tmp} (subprocess; ~11 GB RAM, several minutes)")
-        spec = {"kind": "build", "out": str(tmp), "result": str(MODEL_DIR / f"build-result-{os.getpid()}.json")}
-        rc, res, wall = run_child(spec)
-        Path(spec["result"]).unlink(missing_ok=True)
-        if rc != 0 or not res or res.get("error"):
-            shutil.rmtree(tmp, ignore_errors=True)
-            err = (res or {}).get("error", "")
-            raise SystemExit(f"[weights] build failed ({describe_rc(rc)})\n{err}")
-        res["total_s"] = wall
-        write_json(tmp / BUILD_INFO_NAME, res)
-        os.replace(tmp, UNET_DIR)  # complete: only now does it get the real name
+        with atomic_folder(UNET_DIR) as tmp:   # complete: only then does it get the real name
+            log(f"[weights] building random SDXL UNet weights in {tmp} (subprocess; ~11 GB RAM, several minutes)")
+            spec = {"kind": "build", "out": str(tmp), "result": str(MODEL_DIR / f"build-result-{os.getpid()}.json")}
+            rc, res, wall = run_child(SCRIPT, spec)
+            Path(spec["result"]).unlink(missing_ok=True)
+            if rc != 0 or not res or res.get("error"):
+                err = (res or {}).get("error", "")
+                raise SystemExit(f"[weights] build failed ({describe_rc(rc)})\n{err}")
+            res["total_s"] = wall
+            write_json(tmp / BUILD_INFO_NAME, res)
         log(f"[weights] built {res['params']:,} params in {wall:.0f} s "
             f"(init {res['init_s']:.0f} s, half {res['half_s']:.0f} s, save {res['save_s']:.0f} s), "
             f"peak RSS {res['mem']['vmhwm_bytes'] / MB:.0f} MB -> {UNET_DIR}")
@@ -469,12 +271,10 @@ def ensure_inputs(h: int, w: int, batch: int) -> Path:
         "text_embeds": rng.standard_normal((batch, 1280), dtype=np.float32),
         "time_ids": np.array([[h * 8, w * 8, 0, 0, h * 8, w * 8]] * batch, dtype=np.float32),
     }
-    tmp = d.with_name(d.name + f".partial-{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    for name, arr in arrays.items():
-        np.save(tmp / f"{name}.npy", arr)
     shutil.rmtree(d, ignore_errors=True)
-    os.replace(tmp, d)
+    with atomic_folder(d) as tmp:
+        for name, arr in arrays.items():
+            np.save(tmp / f"{name}.npy", arr)
     log(f"[inputs] wrote {d}")
     return d
 
@@ -530,11 +330,11 @@ def run_reference(h, w, batch, info, inputs, args) -> dict | None:
     spec = {"kind": "diffusers", "inputs": str(inputs), "output": str(out_path) + ".partial.npy",
             "repeats": args.repeats, "threads": args.torch_threads, "result": str(d / "result-partial.json")}
     cache_frac = page_cache_fraction(weights_path())
-    rc, res, wall = run_child(spec)
+    rc, res, wall = run_child(SCRIPT, spec)
     if rc != 0 or not res or res.get("error") or "eval_s" not in res:
         log(f"[diffusers {h}x{w}] FAILED ({describe_rc(rc)}) {(res or {}).get('error', '')}")
         return None
-    os.replace(spec["output"], out_path)
+    publish(spec["output"], out_path)
     res.update(key=key, ran_at=time.strftime("%Y-%m-%d %H:%M:%S"), cached=False, output=str(out_path),
                weights_cached_at_start=cache_frac, process_wall_s=wall)
     write_json(meta_path, res)
@@ -618,7 +418,7 @@ def run_engine_case(h, w, batch, preset, overrides, inputs, args, *, ops_printf=
     log(f"[engine {h}x{w} {label}{where}] {describe_drop(drop)}")
     if ops_printf:
         log(f"[engine {h}x{w} {label}] ops_printf=True: one line per op follows (timings include the printing)")
-    rc, res, wall = run_child(spec, cgroup_procs=cgroup_procs)
+    rc, res, wall = run_child(SCRIPT, spec, cgroup_procs=cgroup_procs)
     res = res or {}
     res.update(preset=preset, label=label, overrides=overrides, rc=rc, status=describe_rc(rc),
                page_cache=drop, process_wall_s=wall, ops_printf=ops_printf)
@@ -635,8 +435,9 @@ def run_engine_case(h, w, batch, preset, overrides, inputs, args, *, ops_printf=
     return res
 
 
-def child_engine(spec: dict, result_path: Path) -> dict:
+def child_engine(spec: dict) -> dict:
     """Runs in the child; writes partial results after each stage, so a kill shows how far it got."""
+    result_path = Path(spec["result"])
     res = {"stage": "start", "pid": os.getpid(), "mem_start": memory_figures()}
     write_json(result_path, res)
     import importlib.util
@@ -675,117 +476,7 @@ def child_engine(spec: dict, result_path: Path) -> dict:
     return res
 
 
-def compare(out_path, ref_path) -> dict:
-    a = np.load(out_path).astype(np.float64).ravel()
-    b = np.load(ref_path).astype(np.float64).ravel()
-    if a.shape != b.shape:
-        return {"pcc": None, "max_abs": None, "note": f"shape {a.shape} vs reference {b.shape}"}
-    finite = np.isfinite(a).all() and np.isfinite(b).all()
-    if not finite:
-        return {"pcc": float("nan"), "max_abs": float("nan"),
-                "note": f"non-finite values: engine {int((~np.isfinite(a)).sum())}, reference {int((~np.isfinite(b)).sum())}"}
-    da, db = a - a.mean(), b - b.mean()
-    denom = np.sqrt(np.dot(da, da) * np.dot(db, db))
-    pcc = float(np.dot(da, db) / denom) if denom > 0 else float("nan")
-    return {"pcc": pcc, "max_abs": float(np.abs(a - b).max()), "ref_max_abs": float(np.abs(b).max())}
-
-
 # ----------------------------------------------------------------------------- step 4: cgroup
-
-
-def cgroup_unavailable_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "not root (the memory cgroup check needs root to create a cgroup)"
-    if not (CGROUP_ROOT / "cgroup.procs").is_file() or not (CGROUP_ROOT / "memory.limit_in_bytes").is_file():
-        return f"no cgroup v1 memory controller mounted at {CGROUP_ROOT}"
-    return None
-
-
-def cg_read(name: str) -> str | None:
-    try:
-        return (CGROUP_DIR / name).read_text().strip()
-    except OSError:
-        return None
-
-
-def cg_write(name: str, value) -> None:
-    (CGROUP_DIR / name).write_text(str(value))
-
-
-def cgroup_remove() -> None:
-    if not CGROUP_DIR.exists():
-        return
-    for _ in range(50):
-        try:
-            CGROUP_DIR.rmdir()
-            return
-        except OSError:
-            time.sleep(0.1)  # a killed child may take a moment to leave
-    log(f"[cgroup] WARNING: could not remove {CGROUP_DIR} (procs: {cg_read('cgroup.procs')!r})")
-
-
-def swap_total_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("SwapTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def cgroup_create() -> None:
-    if CGROUP_DIR.exists():  # left over from an interrupted run
-        procs = cg_read("cgroup.procs")
-        if procs:
-            raise SystemExit(f"[cgroup] {CGROUP_DIR} exists and holds processes {procs.split()}; remove it first")
-        cgroup_remove()
-    CGROUP_DIR.mkdir()
-    cg_write("memory.limit_in_bytes", CGROUP_LIMIT)
-    # memory+swap limit too, so the case cannot escape to swap. Only where there is swap:
-    # without swap it changes nothing, and with memsw.limit == limit the memsw counter fails
-    # first and memory.failcnt stays 0 even when the child is OOM-killed (seen on 6.18).
-    if (CGROUP_DIR / "memory.memsw.limit_in_bytes").exists() and swap_total_bytes() > 0:
-        cg_write("memory.memsw.limit_in_bytes", CGROUP_LIMIT)
-
-
-def cgroup_stats() -> dict:
-    out = {"failcnt": cg_read("memory.failcnt"), "max_usage_in_bytes": cg_read("memory.max_usage_in_bytes"),
-           "limit_in_bytes": cg_read("memory.limit_in_bytes"), "memsw_limit_in_bytes": cg_read("memory.memsw.limit_in_bytes"),
-           "memsw_failcnt": cg_read("memory.memsw.failcnt")}
-    oom = cg_read("memory.oom_control") or ""
-    for line in oom.splitlines():
-        k, _, v = line.partition(" ")
-        out[f"oom_{k}" if not k.startswith("oom") else k] = v
-    for k in ("failcnt", "max_usage_in_bytes", "limit_in_bytes", "memsw_limit_in_bytes", "memsw_failcnt",
-              "under_oom", "oom_under_oom", "oom_kill", "oom_kill_disable"):
-        if out.get(k) is not None and str(out[k]).isdigit():
-            out[k] = int(out[k])
-    stat = cg_read("memory.stat") or ""
-    for line in stat.splitlines():
-        k, _, v = line.partition(" ")
-        if k in ("total_cache", "total_rss", "total_mapped_file", "cache", "rss", "mapped_file"):
-            out[f"stat_{k}"] = int(v)
-    return out
-
-
-def describe_cgroup(st: dict, rc: int) -> str:
-    under = st.get("oom_under_oom", st.get("under_oom"))
-    return (f"{'completed' if rc == 0 else 'KILLED' if rc < 0 else 'FAILED'} ({describe_rc(rc)}), "
-            f"memory.failcnt {st.get('failcnt')}, max_usage {int(st.get('max_usage_in_bytes') or 0) / MB:.1f} MB "
-            f"(limit {CGROUP_LIMIT / MB:.1f} MB = 256 MiB), under_oom {under}, oom_kill {st.get('oom_kill', 'n/a')}")
-
-
-def run_in_cgroup(fn):
-    """Create the cgroup, run fn(procs_path) -> (rc, result), collect the counters, remove the cgroup."""
-    cgroup_create()
-    try:
-        rc, res = fn(CGROUP_DIR / "cgroup.procs")
-        st = cgroup_stats()
-    finally:
-        cgroup_remove()
-    return rc, res, st
 
 
 def cgroup_engine_case(h, w, batch, overrides, inputs, args) -> dict:
@@ -800,58 +491,17 @@ def cgroup_engine_case(h, w, batch, overrides, inputs, args) -> dict:
     return res
 
 
-def cgroup_selftest(sizes_mb: list[int]) -> list[dict]:
-    out = []
-    for mb in sizes_mb:
-        def fn(procs):
-            spec = {"kind": "alloc", "mb": mb, "result": str(CACHE / f"alloc-{mb}.json")}
-            rc, res, _ = run_child(spec, cgroup_procs=procs)
-            return rc, res
-
-        rc, res, st = run_in_cgroup(fn)
-        Path(CACHE / f"alloc-{mb}.json").unlink(missing_ok=True)
-        completed = rc == 0 and bool(res) and res.get("stage") == "done"
-        log(f"[cgroup selftest] allocate+touch {mb} MB: {describe_cgroup(st, rc)}"
-            + (f", child VmHWM {res['mem']['vmhwm_bytes'] / MB:.0f} MB" if completed else ""))
-        out.append({"mb": mb, "rc": rc, "completed": completed, "cgroup": st, "result": res})
-    return out
-
-
-def child_alloc(spec: dict, result_path: Path) -> dict:
-    """Dummy for the cgroup machinery: allocate and touch spec['mb'] MB, without numpy."""
-    write_json(result_path, {"stage": "start", "pid": os.getpid()})
-    n = int(spec["mb"] * MB)
-    buf = bytearray(n)
-    buf[::PAGE] = b"\x01" * len(range(0, n, PAGE))  # touch every page
-    time.sleep(0.2)
-    return {"stage": "done", "bytes": n, "mem": memory_figures()}
-
-
 # ----------------------------------------------------------------------------- step 5: report
+
+
+TABLE_COLUMNS = ["size", "case", "load s", "eval1 s", "s/eval", "cpu s", "peak RSS MB", "x diffusers", "PCC",
+                 "max|diff|", "note"]
 
 
 def cpu_s(res: dict) -> float | None:
     """CPU seconds of the evaluation(s) behind s/eval (same choice as s/eval)."""
     c = res.get("eval_cpu_s") or []
     return float(np.median(c[1:])) if len(c) > 1 else (c[0] if c else None)
-
-
-def print_table(rows: list[dict]) -> None:
-    cols = ["size", "case", "load s", "eval1 s", "s/eval", "cpu s", "peak RSS MB", "x diffusers", "PCC", "max|diff|", "note"]
-    lines = [cols]
-    for r in rows:
-        lines.append([str(r.get(c, "")) for c in cols])
-    widths = [max(len(l[i]) for l in lines) for i in range(len(cols))]
-    sep = "  "
-    log(sep.join(c.ljust(widths[i]) for i, c in enumerate(cols)))
-    log(sep.join("-" * widths[i] for i in range(len(cols))))
-    for l in lines[1:]:
-        log(sep.join(v.ljust(widths[i]) if i in (0, 1, len(cols) - 1) else v.rjust(widths[i]) for i, v in enumerate(l)))
-
-
-def listed_rounds(values: list[float], spec: str, unit: str = "") -> str | None:
-    """Each round's figure, for a note: None with a single round."""
-    return f"rounds {', '.join(format(v, spec) for v in values)}{unit}" if len(values) > 1 else None
 
 
 def run_rounds(h, w, info, inputs, presets, overrides, ops_case, args) -> tuple[dict | None, dict]:
@@ -952,7 +602,7 @@ def main(argv=None) -> int:
         if why:
             log(f"[cgroup selftest] SKIPPED: {why}")
             return 0
-        res = cgroup_selftest([int(x) for x in args.cgroup_selftest.split(",") if x.strip()])
+        res = cgroup_selftest(SCRIPT, [int(x) for x in args.cgroup_selftest.split(",") if x.strip()])
         write_json(CACHE / "cgroup-selftest.json", res)
         return 0
 
@@ -1042,9 +692,6 @@ def main(argv=None) -> int:
         rounds = listed_rounds(per_round, ".2f")
         return f"{ratio:.2f}x" + (f" (median of {rounds})" if rounds else "")
 
-    def verdict(ok):
-        return "n/a " if ok is None else ("PASS" if ok else "FAIL")
-
     lm, df = eng("128x128", "rpi-lowmem"), eng("128x128", "default")
     ref128 = (results["sizes"].get("128x128") or {}).get("diffusers")
     v = None if lm is None else lm["mem"]["vmhwm_bytes"] / MB <= TARGET_LOWMEM_RSS_MB
@@ -1083,7 +730,7 @@ def main(argv=None) -> int:
         f"means the cores were shared); MB = 10^6 bytes; peak RSS = VmHWM of the case's process)")
     if overrides:
         log(f"   UNet.load overrides: {overrides}")
-    print_table(rows)
+    print_table(TABLE_COLUMNS, rows)
     log("")
     log("== targets")
     for verdict_, what, got in targets:
@@ -1098,33 +745,9 @@ def main(argv=None) -> int:
 
 # ----------------------------------------------------------------------------- child entry point
 
-
-def child_main(spec_json: str) -> int:
-    spec = json.loads(spec_json)
-    result_path = Path(spec["result"])
-    kind = spec["kind"]
-    try:
-        if kind == "build":
-            res = child_build(spec)
-        elif kind == "diffusers":
-            res = child_diffusers(spec)
-        elif kind == "engine":
-            res = child_engine(spec, result_path)
-        elif kind == "alloc":
-            res = child_alloc(spec, result_path)
-        else:
-            raise ValueError(f"unknown child kind {kind!r}")
-    except BaseException:
-        prev = read_json(result_path) or {}
-        prev["error"] = traceback.format_exc()
-        write_json(result_path, prev)
-        traceback.print_exc()
-        return 1
-    write_json(result_path, res)
-    return 0
-
+CHILD_KINDS = {"build": child_build, "diffusers": child_diffusers, "engine": child_engine, "alloc": child_alloc}
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "_child":
-        sys.exit(child_main(sys.argv[2]))
+        sys.exit(child_main(sys.argv[2], CHILD_KINDS))
     sys.exit(main())

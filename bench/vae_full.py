@@ -27,29 +27,23 @@ fresh subprocess so peak RSS is its own. Not run in CI. From the repository root
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's engine, if not installed
 import engine  # noqa: E402,F401  (before numpy: it sets OpenBLAS's thread spin, read when numpy loads)
 import numpy as np  # noqa: E402
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-SCRIPT = Path(__file__).resolve()
-sys.path.insert(0, str(BENCH))
+from engine.atomic import atomic_folder  # noqa: E402
+from harness import (CACHE, MB, REPO, child_main, compare, cgroup_unavailable_reason, describe_cgroup,  # noqa: E402
+                     describe_drop, describe_rc, drop_page_cache, log, memory_figures, read_json, run_child,
+                     run_in_cgroup, verdict, write_json)
+from kernels_check import require_c_kernels  # noqa: E402  (bench/, the script's own folder)
 
-# The UNet benchmark's helpers for memory figures, page cache and the memory cgroup.
-from unet_full import (CACHE, MB, compare, cgroup_unavailable_reason, describe_cgroup, describe_drop,  # noqa: E402
-                       describe_rc, drop_page_cache, log, memory_figures, read_json, run_in_cgroup, write_json)
-from kernels_check import require_c_kernels  # noqa: E402
+SCRIPT = Path(__file__).resolve()
 
 VAE_DIR = CACHE / "sdxl-random" / "vae"
 WEIGHTS_NAME = "diffusion_pytorch_model.fp16.safetensors"
@@ -75,33 +69,6 @@ SDXL_VAE_CONFIG = {
 }
 
 
-# ----------------------------------------------------------------------------- subprocesses
-
-
-def run_child(spec: dict, cgroup_procs: Path | None = None) -> tuple[int, dict, float]:
-    """Run `spec` in a fresh interpreter (inside the cgroup when given); returns (rc, result, wall s)."""
-    result = Path(spec["result"])
-    result.unlink(missing_ok=True)
-    cmd = [sys.executable, str(SCRIPT), "_child", json.dumps(spec)]
-    if cgroup_procs is not None:   # the child joins the cgroup before python starts
-        cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup_procs)] + cmd
-    t0 = time.perf_counter()
-    rc = subprocess.run(cmd, cwd=str(REPO)).returncode
-    return rc, read_json(result) or {}, time.perf_counter() - t0
-
-
-def child_main(spec: dict) -> int:
-    result = Path(spec["result"])
-    try:
-        res = {"build": child_build, "engine": child_engine, "diffusers": child_diffusers}[spec["kind"]](spec)
-    except BaseException:
-        write_json(result, {"error": traceback.format_exc()})
-        traceback.print_exc()
-        return 1
-    write_json(result, res)
-    return 0
-
-
 # ----------------------------------------------------------------------------- weights and latent
 
 
@@ -109,14 +76,12 @@ def ensure_weights() -> None:
     if (VAE_DIR / WEIGHTS_NAME).is_file() and (VAE_DIR / "config.json").is_file():
         log(f"[weights] using {VAE_DIR}")
         return
-    tmp = VAE_DIR.with_name(f"vae.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    log(f"[weights] building random SDXL VAE weights in {tmp}")
-    rc, res, wall = run_child({"kind": "build", "out": str(tmp), "result": str(CACHE / "vae-build.json")})
-    if rc != 0 or res.get("error"):
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise SystemExit(f"[weights] build failed ({describe_rc(rc)})\n{res.get('error', '')}")
-    os.replace(tmp, VAE_DIR)
+    with atomic_folder(VAE_DIR) as tmp:
+        log(f"[weights] building random SDXL VAE weights in {tmp}")
+        rc, res, wall = run_child(SCRIPT, {"kind": "build", "out": str(tmp), "result": str(CACHE / "vae-build.json")})
+        res = res or {}
+        if rc != 0 or res.get("error"):
+            raise SystemExit(f"[weights] build failed ({describe_rc(rc)})\n{res.get('error', '')}")
     log(f"[weights] {res['params']:,} parameters ({res['decoder_params']:,} in the decoder) in {wall:.0f} s")
 
 
@@ -210,7 +175,8 @@ def run_case(key: str, latent: Path, args, cgroup_procs: Path | None = None) -> 
     Path(spec["output"]).unlink(missing_ok=True)
     if kind == "engine":
         log(f"[{label}] {describe_drop(drop_page_cache(VAE_DIR / WEIGHTS_NAME))}")
-    rc, res, wall = run_child(spec, cgroup_procs)
+    rc, res, wall = run_child(SCRIPT, spec, cgroup_procs=cgroup_procs)
+    res = res or {}
     res.update(label=label, rc=rc, wall_s=wall, completed=rc == 0 and not res.get("error"), output=spec["output"],
                ran_at=time.strftime("%Y-%m-%d %H:%M:%S"), load_average=os.getloadavg())
     if res["completed"]:
@@ -319,17 +285,19 @@ def main(argv=None) -> int:
     rss = lm["mem"]["vmhwm_bytes"] / MB if lm else None
     log("")
     log(f"== target: rpi-lowmem tiled peak RSS <= {TARGET_RSS_MB:.0f} MB: "
-        + ("not measured" if rss is None else f"{'PASS' if rss <= TARGET_RSS_MB else 'FAIL'} ({rss:.0f} MB)"))
+        + ("not measured" if rss is None else f"{verdict(rss <= TARGET_RSS_MB)} ({rss:.0f} MB)"))
     in_cgroup = cases.get("lowmem", {}).get("cgroup")
     log("== target: completes inside a 256 MiB memory cgroup: "
-        + ("not measured" if not in_cgroup else ("PASS" if lm else "FAIL")))
+        + ("not measured" if not in_cgroup else verdict(bool(lm))))
     out = CACHE / f"vae-results-{time.strftime('%Y%m%d-%H%M%S')}.json"
     write_json(out, cases)
     log(f"\nfull results: {out}")
     return 0
 
 
+CHILD_KINDS = {"build": child_build, "engine": child_engine, "diffusers": child_diffusers}
+
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "_child":
-        sys.exit(child_main(json.loads(sys.argv[2])))
+        sys.exit(child_main(sys.argv[2], CHILD_KINDS))
     sys.exit(main())

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.atomic import atomic_write, temp_files
 from engine.errors import InputError
 
 MAGIC = b"SLOWFRAME-CKPT\n"
@@ -53,16 +54,11 @@ def write_file(path: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         offset += a.nbytes
     header = json.dumps({"meta": meta, "arrays": entries}, sort_keys=True).encode()
     digest = hashlib.sha256()
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+    with atomic_write(path, durable=True) as f:
         for chunk in (MAGIC, struct.pack("<Q", len(header)), header, *(b.reshape(-1).view(np.uint8) for b in blobs)):
             digest.update(chunk)
             f.write(chunk)
         f.write(digest.digest())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_path(path.parent)
 
 
 def read_file(path: Path) -> Checkpoint:
@@ -118,7 +114,7 @@ class CheckpointDir:
         write_file(path, meta, arrays)
         for _, old in numbered[:len(numbered) + 1 - KEEP]:
             old.unlink(missing_ok=True)
-        for stray in self.path.glob(f".{PREFIX}*{SUFFIX}.tmp"):
+        for stray in temp_files(self.path, f"{PREFIX}*{SUFFIX}"):
             stray.unlink(missing_ok=True)
         return path
 
@@ -135,14 +131,6 @@ class CheckpointDir:
         """Delete this job's checkpoints (a deliberate restart)."""
         for _, path in self._numbered():
             path.unlink(missing_ok=True)
-        for stray in self.path.glob(f".{PREFIX}*{SUFFIX}.tmp"):
+        for stray in temp_files(self.path, f"{PREFIX}*{SUFFIX}"):
             stray.unlink(missing_ok=True)
 
-
-def fsync_path(path: Path) -> None:
-    """fsync a file or folder by path (a folder: so a rename in it is durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

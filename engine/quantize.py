@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.checkpoint import fsync_path
+from engine.atomic import atomic_folder
 from engine.errors import ModelFileError
 from engine.safetensors import SafetensorsWriter, read_raw
 from engine.weights import Q_SCALE, Q_ZERO, TensorStore, find_weight_files, read_config
@@ -73,22 +73,10 @@ def quantize_folder(src: str | Path, dst: str | Path, log=print) -> QuantizeRepo
         raise ModelFileError(f"{dst}: already exists; give a new folder name (nothing was changed)")
     if not dst.parent.is_dir():
         raise ModelFileError(f"{dst.parent}: no such folder to create {dst.name} in")
-    tmp = dst.parent / f".{dst.name}.partial"
-    if tmp.exists():
-        shutil.rmtree(tmp)  # left by an interrupted run: start over
-    tmp.mkdir()
-    try:
+    with atomic_folder(dst, durable=True) as tmp:
         if (src / "model_index.json").is_file():
-            report = _quantize_root(src, tmp, log)
-        else:
-            report = _quantize_component(src, tmp, log)
-        fsync_path(tmp)
-        os.rename(tmp, dst)
-        fsync_path(dst.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return report
+            return _quantize_root(src, tmp, log)
+        return _quantize_component(src, tmp, log)
 
 
 def _quantize_root(src: Path, out: Path, log) -> QuantizeReport:

@@ -34,12 +34,13 @@ from pathlib import Path
 
 from PIL import Image
 
+from engine.atomic import write_bytes
 from frame.buttons import ButtonEvent, Buttons, ButtonsUnavailable
 from frame.config import (Config, ConfigError, Problem, ScheduleSettings, Theme, default_config, find_config,
                           load_config)
 from frame.control import SOCKET_NAME, ControlServer
 from frame.display.errors import DisplayError
-from frame.history import History, write_atomic
+from frame.history import History
 from frame.jobs import Job, JobStore
 from frame.notify import Notifier, Watchdog
 from frame.paths import SEARCH_PATH
@@ -748,7 +749,7 @@ class Daemon:
     def _save_state(self) -> None:
         state = {"last_new": _iso(self.last_new) if self.last_new else None, "shown": self.shown_id,
                  "cursor": self.cursor, "picker": self.picker.state if self.picker else self._picker_state}
-        write_atomic(self._state_path, (json.dumps(state, indent=2) + "\n").encode())
+        write_bytes(self._state_path, (json.dumps(state, indent=2) + "\n").encode())
 
 
 def _iso(t: dt.datetime) -> str:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
 
 from PIL import Image, PngImagePlugin
+
+from engine.atomic import temp_files, write_bytes
 
 log = logging.getLogger("slowframe.history")
 
@@ -61,21 +62,6 @@ def parameters_text(record: dict) -> str:
     return "\n".join(lines)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _order(entry: Entry) -> tuple[str, int]:
     """Finish time first (the name starts with it), then the ~N of same-second names."""
     stem, _, copy = entry.id.partition("~")
@@ -95,7 +81,7 @@ class History:
         self.max_bytes = int(max_mb * 1e6)
         self._cache: tuple[int, list[Entry]] | None = None
         self.folder.mkdir(parents=True, exist_ok=True)
-        for tmp in self.folder.glob(".*.tmp"):   # left by a power cut mid-write
+        for tmp in temp_files(self.folder):   # left by a power cut mid-write
             tmp.unlink(missing_ok=True)
         for png in self.folder.glob("*.png"):    # written, but the power went before its JSON
             if not png.with_suffix(".json").exists():
@@ -145,8 +131,8 @@ class History:
         png = self.folder / f"{stem}.png"
         buffer = BytesIO()
         image.save(buffer, format="PNG", pnginfo=info)
-        write_atomic(png, buffer.getvalue())
-        write_atomic(png.with_suffix(".json"), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+        write_bytes(png, buffer.getvalue())
+        write_bytes(png.with_suffix(".json"), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
         entry = Entry(stem, png, record)
         self._cache = None
         self.prune()

@@ -18,7 +18,7 @@ import shutil
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from frame.history import write_atomic
+from engine.atomic import write_bytes
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class JobStore:
         return state
 
     def save(self, state: JobState) -> None:
-        write_atomic(self.spec_path, (json.dumps(state.to_json(), indent=2) + "\n").encode())
+        write_bytes(self.spec_path, (json.dumps(state.to_json(), indent=2) + "\n").encode())
 
     def begin(self, job: Job, started: str) -> JobState:
         """Start ``job`` afresh: old checkpoints and results cleared, the spec saved before any work."""

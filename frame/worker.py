@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.atomic import atomic_write
 from frame.jobs import Job
 
 DEFAULT_GENERATOR = "frame.worker:load_sdxl"
@@ -289,11 +290,8 @@ def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> i
         raise Cancelled()
     image = getattr(result, "image", result)
     metadata = getattr(result, "metadata", None) or {}
-    tmp = output.with_name(f".{output.name}.tmp")
-    image.save(tmp, format="PNG")
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, output)
+    with atomic_write(output, durable=True) as f:
+        image.save(f, format="PNG")
     per_step = timing["per_step"] or (time.monotonic() - started) / max(1, job.steps)
     emit({"event": "done", "output": str(output), "seconds_per_step": per_step,
           "metadata": json.loads(json.dumps(dict(metadata), default=str))})

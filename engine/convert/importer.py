@@ -32,7 +32,7 @@ import numpy as np
 
 import engine
 from engine import kernels
-from engine.checkpoint import fsync_path
+from engine.atomic import atomic_write, publish
 from engine.convert import manifest as mf
 from engine.convert import project_files
 from engine.convert.diffusers_source import open_diffusers, open_vae
@@ -253,13 +253,8 @@ class _State:
         self.save()
 
     def save(self) -> None:
-        path = self.folder / STATE_FILE
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
+        with atomic_write(self.folder / STATE_FILE, "w", durable=True) as f:
             f.write(json.dumps(self.data, indent=1))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
 
 
 def _run(source: ModelSource, dest: Path, partial: Path, state: _State, outputs: list[_Output], precision: str,
@@ -293,11 +288,9 @@ def _run(source: ModelSource, dest: Path, partial: Path, state: _State, outputs:
     }
     mf.write_manifest(partial, manifest)
     (partial / STATE_FILE).unlink()
-    _fsync_tree(partial)
     if dest.exists():
         raise ModelFileError(f"{dest}: appeared while importing; the finished import is kept in {partial}")
-    os.rename(partial, dest)
-    fsync_path(dest.parent)
+    publish(partial, dest, durable=True)
     bytes_in = sum(s["bytes"] for s in sources + state.data["vae"])
     return ImportReport(dest, bytes_in, sum(f["bytes"] for f in files.values()), 0.0, resumed, source.notes)
 
@@ -457,9 +450,3 @@ def _write_other_files(source: ModelSource, root: Path, precision: str) -> list[
             project_files.write_tokenizer(folder, project_files.PAD_TOKENS[name])
     project_files.write_model_index(root, source.pipeline.get("force_zeros_for_empty_prompt", True))
     return supplied
-
-
-def _fsync_tree(root: Path) -> None:
-    for path in sorted(root.rglob("*"), reverse=True):
-        fsync_path(path)
-    fsync_path(root)

@@ -12,11 +12,12 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from engine.atomic import atomic_write, temp_files
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +68,8 @@ class ConditioningCache:
     def save(self, key: str, arrays: dict[str, np.ndarray]) -> None:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".partial-", suffix=".npz")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    np.savez(f, **{name: arrays[name] for name in FIELDS})
-                os.replace(tmp, self.folder / f"{key}.npz")
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            with atomic_write(self.folder / f"{key}.npz") as f:
+                np.savez(f, **{name: arrays[name] for name in FIELDS})
             self._prune()
         except OSError as e:   # a full or read-only disk costs a recomputation later, nothing more
             log.warning("%s: cannot save the conditioning cache (%s)", self.folder, e.strerror or e)
@@ -82,7 +77,7 @@ class ConditioningCache:
     def _prune(self) -> None:
         """Keep the newest max_entries; drop partial files a crash left behind."""
         now = time.time()
-        for partial in self.folder.glob(".partial-*"):
+        for partial in temp_files(self.folder):
             if now - partial.stat().st_mtime > STALE_PARTIAL_SECONDS:
                 partial.unlink(missing_ok=True)
         entries = sorted((p for p in self.folder.glob("*.npz") if not p.name.startswith(".")),

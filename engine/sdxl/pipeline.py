@@ -27,7 +27,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import secrets
 import threading
 import time
@@ -39,6 +38,7 @@ import numpy as np
 from PIL import Image, PngImagePlugin
 
 import engine
+from engine.atomic import atomic_write
 from engine.checkpoint import CheckpointDir, CorruptCheckpoint, read_file, write_file
 from engine.errors import Cancelled, InputError, ModelFileError
 from engine.memory import release_free_memory
@@ -118,14 +118,10 @@ class Result:
         info = PngImagePlugin.PngInfo()
         info.add_text("parameters", self.parameters)
         info.add_text("slowframe", json.dumps(self.metadata, sort_keys=True))
-        tmp = path.with_name(f".{path.name}.tmp")
         try:
-            self.image.save(tmp, format="PNG", pnginfo=info)
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            with atomic_write(path, durable=True) as f:
+                self.image.save(f, format="PNG", pnginfo=info)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             raise InputError(f"cannot write {path}: {e.strerror or e}") from None
         return path
 

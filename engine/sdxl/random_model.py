@@ -12,12 +12,11 @@ abstract noise; real ones need real SDXL weights.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 
+from engine.atomic import atomic_folder
 from engine.safetensors import SafetensorsWriter
 from engine.sdxl import text_encoder, vae_config
 from engine.sdxl.unet_config import param_shapes, parse_config
@@ -78,24 +77,21 @@ def write_random_model(root: str | Path, seed: int = 0) -> Path:
     root = Path(root)
     if (root / "model_index.json").is_file():
         return root
-    tmp = root.with_name(root.name + f".partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    write_random_unet(tmp / "unet", seed=seed)
-    vae = vae_config.parse_config(TINY_VAE_CONFIG)
-    _write(tmp / "vae", "diffusion_pytorch_model.fp16.safetensors", TINY_VAE_CONFIG,
-           vae_config.param_shapes(vae, vae_config.attention_names(lambda name: False)), seed + 1)
-    for i, (name, config) in enumerate(TINY_TEXT_ENCODER_CONFIGS.items()):
-        shapes = text_encoder.param_shapes(text_encoder.parse_config(config), "text_model.")
-        _write(tmp / name, "model.fp16.safetensors", config, shapes, seed + 2 + i)
-    (tmp / "scheduler").mkdir()
-    (tmp / "scheduler" / "scheduler_config.json").write_text(json.dumps(SDXL_SCHEDULER_CONFIG, indent=2) + "\n")
-    (tmp / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusionXLPipeline",
-                                                      "slowframe": "tiny random demo model"}, indent=2) + "\n")
-    if root.exists():
-        shutil.rmtree(tmp)           # made meanwhile by another process: keep theirs
-    else:
-        root.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, root)
+    try:
+        with atomic_folder(root) as tmp:
+            write_random_unet(tmp / "unet", seed=seed)
+            vae = vae_config.parse_config(TINY_VAE_CONFIG)
+            _write(tmp / "vae", "diffusion_pytorch_model.fp16.safetensors", TINY_VAE_CONFIG,
+                   vae_config.param_shapes(vae, vae_config.attention_names(lambda name: False)), seed + 1)
+            for i, (name, config) in enumerate(TINY_TEXT_ENCODER_CONFIGS.items()):
+                shapes = text_encoder.param_shapes(text_encoder.parse_config(config), "text_model.")
+                _write(tmp / name, "model.fp16.safetensors", config, shapes, seed + 2 + i)
+            (tmp / "scheduler").mkdir()
+            (tmp / "scheduler" / "scheduler_config.json").write_text(json.dumps(SDXL_SCHEDULER_CONFIG, indent=2) + "\n")
+            (tmp / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusionXLPipeline",
+                                                              "slowframe": "tiny random demo model"}, indent=2) + "\n")
+    except FileExistsError:
+        pass                         # made meanwhile by another process: keep theirs
     return root
 
 
@@ -103,12 +99,11 @@ def write_random_unet(folder: str | Path, config: dict = TINY_UNET_CONFIG, seed:
     """Write config.json and fp16 random weights (scaled like a trained net's: fan-in
     normalised) to `folder`, atomically; returns the folder."""
     folder = Path(folder)
-    tmp = folder.with_name(folder.name + ".partial")
-    _write(tmp, "diffusion_pytorch_model.fp16.safetensors", config, param_shapes(parse_config(config)), seed)
-    if folder.exists():            # made meanwhile by another process: keep theirs
-        shutil.rmtree(tmp)
-    else:
-        os.replace(tmp, folder)
+    try:
+        with atomic_folder(folder) as tmp:
+            _write(tmp, "diffusion_pytorch_model.fp16.safetensors", config, param_shapes(parse_config(config)), seed)
+    except FileExistsError:
+        pass                         # made meanwhile by another process: keep theirs
     return folder
 
 

@@ -8,12 +8,12 @@ Both are replaced atomically, so a viewer never sees half a file.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from engine.atomic import atomic_write
 from frame.display.base import Display
 from frame.display.config import DisplayConfig
 from frame.display.errors import DisplayError
@@ -45,10 +45,9 @@ class FileDisplay(Display):
         viewer = self._to_viewer(panel_indices)
         preview = Image.fromarray(self.palette.render(viewer), "RGB")
         for image, path in ((native, self.panel_path), (preview, self.preview_path)):
-            tmp = path.with_name(path.name + ".tmp")
             try:
-                image.save(tmp, format="PNG")
-                os.replace(tmp, path)
+                with atomic_write(path) as f:
+                    image.save(f, format="PNG")
             except OSError as exc:
                 raise DisplayError(f"display.output: cannot write {path}: {exc.strerror}") from exc
 
