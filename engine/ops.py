@@ -1,4 +1,9 @@
-"""The numeric kernels: fp32 numpy (BLAS for the heavy lifting, C for conversions).
+"""The ops a model runs on fp32 arrays: linear, conv2d, attention, LayerNorm, GEGLU/GELU.
+
+conv2d picks Winograd, nine shifted GEMMs or a patch matrix per band of rows; attention
+runs the fused C kernel or two BLAS GEMMs per band of query rows. The GEMMs are BLAS
+(numpy's, or engine.blas for what numpy lacks), the inner loops engine.fastops' C
+kernels (Winograd transforms, attention, norms, GELU, softmax), split over the cores.
 
 Layouts: images (B, C, H, W); token sequences (B, L, C) or (N, C); weights as in
 the checkpoint (linear (out, in), conv (out, in, kh, kw)).
