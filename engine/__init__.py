@@ -6,9 +6,8 @@ import sys
 # OpenBLAS reads this once, when numpy loads it, so it is set before anything imports
 # numpy. After each threaded GEMM OpenBLAS's idle threads otherwise spin for 2^28
 # cycles (~0.1 s) and take a core from the engine's own workers (attention heads,
-# elementwise ops) that run next: a 1024-token attention took 60-87 ms instead of
-# 41-47, a full 128x128 UNet evaluation 38.6-39.0 s instead of 34.1-36.2 s (x86-64,
-# 2 cores). 2^4 cycles makes them sleep at once; waking them costs microseconds.
+# elementwise ops) that run next. 2^4 cycles makes them sleep at once; waking them
+# costs microseconds. Chosen by measurement: bench/RESULTS.md#threads
 OPENBLAS_THREAD_TIMEOUT = "4"
 if "numpy" not in sys.modules:
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_THREAD_TIMEOUT)

@@ -37,10 +37,11 @@ def keep_freed_memory() -> bool:
 
     By default glibc gives every array over 32 MB (and, after a free, smaller ones too)
     its own mmap and unmaps it on free, so each op's fp32 weights (~10 GB per SDXL UNet
-    evaluation) arrive in fresh pages the kernel must fault in and zero: ~5 CPU-seconds
-    per evaluation measured here. Serving everything from the heap and never trimming it
-    removes that; the process keeps its high-water mark, which a PC can afford and a Pi
-    cannot. Process-wide and sticky. False where the C library is not glibc.
+    evaluation) arrive in fresh pages the kernel must fault in and zero (seconds of system
+    time an evaluation: bench/RESULTS.md#heap-retention). Serving everything from the
+    heap and never trimming it removes that; the process keeps its high-water mark,
+    which a PC can afford and a Pi cannot. Process-wide and sticky. False where the C
+    library is not glibc.
     """
     if _mallopt is None:
         return False
@@ -53,10 +54,10 @@ def return_freed_arrays(threshold: int) -> bool:
 
     glibc's threshold starts at 128 KB but rises to the size of each big block freed (up
     to 32 MB), so after the first few ops nearly every array comes from the heap, whose
-    free pieces stay resident: measured on a 128x128 SDXL UNet evaluation, 50-110 MB of
-    freed heap beside ~110 MB in use. A fixed threshold (which also stops the rise) keeps
-    the resident set close to what is live, for some page faults per op. Process-wide
-    and sticky. False where the C library is not glibc.
+    free pieces stay resident: in an SDXL UNet evaluation as much freed heap as heap in
+    use (bench/RESULTS.md#heap-retention). A fixed threshold (which also stops the rise)
+    keeps the resident set close to what is live, for some page faults per op.
+    Process-wide and sticky. False where the C library is not glibc.
     """
     if _mallopt is None:
         return False
@@ -69,9 +70,8 @@ def retain_freed(nbytes: int) -> bool:
     128 KB and returns every free heap page now.
 
     With the heap trimmed at 128 KB, every op's weights land in pages the kernel must
-    fault in and zero again (rpi-lowmem, 64x64 SDXL UNet: 0.8 M faults and ~2.5 s of an
-    evaluation on an x86-64 VM). Process-wide until called again. False where the C
-    library is not glibc.
+    fault in and zero again (measured: bench/RESULTS.md#heap-retention). Process-wide
+    until called again. False where the C library is not glibc.
     """
     if _mallopt is None:
         return False

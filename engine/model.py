@@ -205,8 +205,8 @@ class StreamedModel:
     def _ff_in_hidden_bands(self, x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray) -> np.ndarray:
         """geglu(x @ w1.T + b1) @ w2.T for all tokens, a band of hidden units at a time:
         each band's value and gate projection (tokens, 2 * band) stays within band_bytes
-        and its contribution is added up (1024 tokens x 1280 channels, 4 MB bands:
-        191 ms vs 290 in bands of tokens)."""
+        and its contribution is added up (faster than bands of tokens where the weights
+        outweigh the tokens: bench/RESULTS.md#feed-forward)."""
         inner = w1.shape[0] // 2
         step = equal_step(inner, self.options.band_bytes // (8 * x.shape[0]))
         out = np.empty((x.shape[0], w2.shape[0]), dtype=np.float32)

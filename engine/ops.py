@@ -1,4 +1,9 @@
-"""The numeric kernels: fp32 numpy (BLAS for the heavy lifting, C for conversions).
+"""The ops a model runs on fp32 arrays: linear, conv2d, attention, LayerNorm, GEGLU/GELU.
+
+conv2d picks Winograd, nine shifted GEMMs or a patch matrix per band of rows; attention
+runs the fused C kernel or two BLAS GEMMs per band of query rows. The GEMMs are BLAS
+(numpy's, or engine.blas for what numpy lacks), the inner loops engine.fastops' C
+kernels (Winograd transforms, attention, norms, GELU, softmax), split over the cores.
 
 Layouts: images (B, C, H, W); token sequences (B, L, C) or (N, C); weights as in
 the checkpoint (linear (out, in), conv (out, in, kh, kw)).
@@ -81,7 +86,8 @@ def conv2d(src: Source, w: Weight, b: np.ndarray | None, stride: int = 1,
 
 
 # A band's padded input stays within this many bytes even when band_bytes allows more:
-# the nine GEMMs that read it run ~10% faster while it is cache-sized (measured on x86-64).
+# the nine GEMMs that read it run faster while it is cache-sized (chosen by measurement:
+# bench/RESULTS.md#convolutions).
 SHIFTED_BAND_BYTES = 16 << 20
 TAPS_PIECE_BYTES = 16 << 20
 
@@ -137,12 +143,13 @@ def _conv3x3_shifted(src: Source, w: Weight, b: np.ndarray | None, band_bytes: i
 
 # Winograd's 16 GEMMs per band are (co, C) x (C, tiles in the band): with fewer tiles
 # than this they run too far below full speed to beat the direct convolution's 2.25x
-# more multiplies, and the nine shifted GEMMs (rows x W columns each) take over.
+# more multiplies, and the nine shifted GEMMs (rows x W columns each) take over (chosen
+# by measurement: bench/RESULTS.md#convolutions).
 WINO_MIN_TILES = 64
 # Where band_bytes cannot hold the transform of this many tiles for all input channels,
 # a band is transformed a block of channels at a time, each block's GEMMs adding into
-# the same products: wider GEMMs for re-reading the products once per block (4 MB
-# bands, SDXL's 1280-channel 64x64 maps: 432 -> 369 ms).
+# the same products: wider GEMMs for re-reading the products once per block (chosen by
+# measurement: bench/RESULTS.md#convolutions).
 WINO_SPLIT_TILES = 128
 
 
@@ -266,7 +273,7 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, blo
 def _wino_products(u: np.ndarray, v: np.ndarray, m: np.ndarray, beta: float, threads: int) -> None:
     """m[t] = u[t] @ v[t] + beta * m[t] for the 16 Winograd points, the points shared out
     among the cores, each GEMM on one: a band's GEMMs are too small for BLAS to split
-    one well (1920 -> 640 channels at 64x64, 4 MB bands: 379 -> 327 ms)."""
+    one well (bench/RESULTS.md#convolutions)."""
     def points(t0: int, t1: int) -> None:
         for t in range(t0, t1):
             blas.gemm(u[t], v[t], m[t], beta)
@@ -377,10 +384,9 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
 # A band of query rows is never cut below this many bytes of scores: the slice count is
 # sized for the longest sequence (4096 tokens), and the same count on 1024 tokens or a
-# 77-token prompt gives GEMMs too thin to run well (measured: 1024 tokens, 16 slices
-# 63 ms, 4 slices 46 ms). 4 MB makes a 1024-token head one band (a 4096-token head is
-# 1024 rows at 4 slices, the fastest cut for it too): `default` 128x128, two alternating
-# pairs, 27.42/26.90 s against 28.33/27.19 with 1 MB; rpi-lowmem time and peak unchanged.
+# 77-token prompt gives GEMMs too thin to run well. 4 MB makes a 1024-token head one band
+# (a 4096-token head is 1024 rows at 4 slices, the fastest cut for it too). Chosen by
+# measurement: bench/RESULTS.md#attention
 MIN_SCORE_BYTES = 4 << 20
 
 

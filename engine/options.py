@@ -112,12 +112,12 @@ PRESETS: dict[str, Options] = {
                    skip_dtype="fp16", kv_dtype="fp16", band_bytes=8 << 20, keep_freed_memory=False),
     # A Pi Zero 2 W generating 1024x1024: the least memory; plain reads, uint8 skips. Arrays
     # of 8 MB and more go back to the system when freed; smaller ones are reused from the
-    # heap. Each fresh page costs a fault and zeroing (~2 us a page measured on an x86-64
-    # VM): 8 MB keeps the 1280-wide UNet levels' weights and activations (5-7 MB) in the
-    # heap, against 4 MB ~5-10% faster per 128x128 evaluation for +9-12 MB peak RSS.
-    # At the levels with small hidden states (all of a 64x64 evaluation; the 1280-channel
-    # levels, most of the weight bytes, at 128x128) up to 64 MB of freed heap is kept
-    # for reuse: 64x64 14.1-14.6 -> 12.1 s an evaluation, 128x128 peak RSS unchanged.
+    # heap, so the 1280-wide UNet levels' weights and activations (5-7 MB) are not faulted
+    # in and zeroed afresh. At the levels with small hidden states (all of a 64x64
+    # evaluation; the 1280-channel levels, most of the weight bytes, at 128x128) up to 64 MB
+    # of freed heap is kept for reuse; the levels that set the peak return it. Both values,
+    # and the bands and weight chunks, chosen by measurement within the 250 MB budget:
+    # bench/RESULTS.md#memory
     "rpi-lowmem": Options(weights="nocache", drop_pages=True, weight_chunk_bytes=16 << 20, attention_slices=16,
                           skip_dtype="uint8", kv_dtype="fp16", kv_cache_entries=1, band_bytes=4 << 20,
                           cfg_batch=False, keep_freed_memory=False, mmap_threshold=8 << 20,

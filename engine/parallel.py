@@ -6,8 +6,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-# Below this many elements an elementwise op runs on the calling thread: a thread
-# hand-off costs ~50 us, about what one core needs for this much copying.
+# Below this many elements an elementwise op runs on the calling thread: handing work to
+# another thread costs about what one core needs for this much copying
+# (bench/RESULTS.md#threads).
 PARALLEL_MIN_ELEMENTS = 1 << 17
 
 

@@ -36,13 +36,11 @@ READAHEAD_BYTES = 32 << 20
 WILLNEED_PIECE = 128 << 10
 """Linux reads at most max(read_ahead_kb, the device's largest I/O) of one WILLNEED hint
 and silently drops the rest: 128 KB is the default read_ahead_kb (an SD card's too), so
-hints are given in pieces no larger (measured here, 8 MB limit: one 1 GiB hint cached
-8 MB; in 128 KB pieces 256 MB arrive at 1.4 GB/s, against 0.49 GB/s for plain reads)."""
+hints are given in pieces no larger (bench/RESULTS.md#weights-streaming)."""
 MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 """Map a weight's cached file pages in one call instead of a fault per 16 pages as the
-conversion touches them (`default`, 128x128 UNet, four alternating pairs: 0.2-1.9 s
-less an evaluation, 0.3-0.9 s less system time; rpi-lowmem 64x64: 0.27 s less system
-time, wall time within noise)."""
+conversion touches them: less system time (chosen by measurement:
+bench/RESULTS.md#weights-streaming)."""
 Q_SCALE = ".q_scale"
 Q_ZERO = ".q_zero"
 
@@ -232,9 +230,8 @@ class TensorStore:
         (populated when mapped), unmapped right after, so the page cache is not first
         copied into a buffer (pread's copy was a third of the reading time); mappings
         that fail fall back to pread. With drop_pages too: NoCacheProvider's read-ahead
-        hints have the pages cached by the time they are mapped (rpi-lowmem, 64x64 UNet,
-        two pairs of runs: 11.1/11.1 s an evaluation against 11.8/12.0 through pread;
-        128x128: 34.5 against 35.0, session 14, before populating). A file cut short
+        hints have the pages cached by the time they are mapped (chosen by measurement:
+        bench/RESULTS.md#weights-streaming). A file cut short
         since it was opened is reported before it is mapped: touching a mapped page
         past the end would kill the process.
         """
@@ -287,8 +284,8 @@ class WeightRows:
         self.name = name
         self.shape = store.shape(name)
         row_bytes = 4 * int(np.prod(self.shape[1:]))
-        # chunks of equal size: a short last one makes a thin, slow GEMM (measured on
-        # SDXL's 10240-row GEGLU weight: 81.7 ms in chunks of 1638 rows, 70.5 in 1280)
+        # chunks of equal size: a short last one makes a thin, slow GEMM
+        # (bench/RESULTS.md#weights-streaming)
         self.rows_per_chunk = equal_step(self.shape[0], max_bytes // row_bytes)
 
     def buffer(self, rows: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""`slowframe models verify DEST` and `slowframe models list [DIR]`.
+"""Checking model folders and listing them: `slowframe models verify DEST`, `slowframe models list [DIR]`.
 
 verify recomputes the sha256 of every file the manifest lists and checks every weight
 file tensor by tensor against its component's config.json: names, shapes, dtypes, the
