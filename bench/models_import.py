@@ -72,7 +72,7 @@ print(json.dumps({"seconds": time.monotonic() - started, "peak_rss": peak_rss_by
 
 
 def write_checkpoint(path: Path) -> None:
-    from tiny_sgm import sgm_entries, write_sgm_file
+    from sgm_files import sgm_entries, write_sgm_file
 
     rng = np.random.default_rng(0)
 

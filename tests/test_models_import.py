@@ -20,7 +20,8 @@ from engine.quantize import quantize_folder
 from engine.safetensors import SafetensorsWriter, read_header, read_raw
 from engine.sdxl import UNet
 from frame.cli import main
-from tiny_sgm import load_pipeline, load_single_file, unet_reference
+from sgm_files import load_single_file
+from tiny_models import load_pipeline, unet_reference
 
 SDXL_ONLY_KEYS = {"sample_size"}   # configs the weights cannot tell; the importer writes SDXL's
 

@@ -16,7 +16,7 @@ from engine.errors import ModelFileError
 from engine.sdxl import UNet
 from engine.sdxl.text_encoder import ClipTextEncoder
 from engine.weights import TensorStore
-from tiny_sgm import load_pipeline, unet_reference
+from tiny_models import load_pipeline, unet_reference
 
 WEIGHT = 0.7
 

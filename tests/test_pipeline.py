@@ -32,10 +32,10 @@ PROMPT, NEGATIVE = "a lighthouse at dusk, oil painting", "blurry"   # no emphasi
 
 @pytest.fixture(scope="module")
 def tiny_sdxl(tmp_path_factory):
-    from tiny_sdxl import make_tiny_sdxl
+    from tiny_models import make_sdxl
 
     root = tmp_path_factory.mktemp("tiny-sdxl")
-    return root, make_tiny_sdxl(root)
+    return root, make_sdxl(root)
 
 
 def reference_scheduler(ref, sampler: str, turbo: bool):

@@ -16,7 +16,8 @@ from diffusers import StableDiffusionXLPipeline
 from conftest import pcc
 from engine.errors import InputError, ModelFileError
 from engine.sdxl import Conditioning, TextEncoders
-from tiny_clip import make_text_model, reference_tokenizers
+from tiny_models import make_text_model
+from tokenizer_files import reference_tokenizers
 
 # Single-token words, so a prompt of n words is n tokens in both tokenizers.
 WORDS = ("cat dog red blue tree house sky sun moon star car road city river lake hill rock sand sea "

@@ -14,7 +14,8 @@ from engine.errors import InputError, ModelFileError
 from engine.safetensors import SafetensorsWriter
 from engine.sdxl.text_encoder import ClipTextEncoder
 from engine.weights import TensorStore
-from tiny_clip import make_text_model, reference_tokenizers
+from tiny_models import make_text_model
+from tokenizer_files import reference_tokenizers
 
 PROMPTS = ["a photo of a cat!", "x", "", "a lighthouse at dusk, oil painting, (((dramatic))) light!!! 🌅 " * 4]
 

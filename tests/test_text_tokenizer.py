@@ -11,7 +11,7 @@ from transformers import CLIPTokenizer
 
 from engine.errors import ModelFileError
 from engine.sdxl.tokenizer import ClipTokenizer, sdxl_tokenizers
-from tiny_clip import write_tokenizer
+from tokenizer_files import write_tokenizer
 
 HANDWRITTEN = [
     "", " ", "   \t\n  ", "a photo of a cat", "A Photo Of A CAT", "a photo of a cat!", "hello!!! world!",

@@ -10,7 +10,7 @@ import pytest
 from engine.errors import InputError, ModelFileError
 from engine.safetensors import SafetensorsWriter, read_header, read_raw
 from engine.sdxl import VAEDecoder
-from tiny_vae import FP16_WEIGHTS, TinyVAE, edit_config
+from tiny_models import FP16_WEIGHTS, TinyVAE, edit_config
 
 
 @pytest.fixture(scope="module")

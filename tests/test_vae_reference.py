@@ -14,7 +14,7 @@ from conftest import pcc
 from engine.errors import Cancelled
 from engine.sdxl import VAEDecoder
 from engine.sdxl.tiles import Tiling, seam_ratio
-from tiny_vae import VAE_CONFIGS, TinyVAE, copy_as_fp32, copy_with_old_attention_names, smooth_latents
+from tiny_models import VAE_CONFIGS, TinyVAE, copy_as_fp32, copy_with_old_attention_names, smooth_latents
 
 SCALE = 8
 

@@ -1,12 +1,8 @@
-"""Tiny random SDXL text encoders and the real CLIP tokenizers, in diffusers layout.
+"""CLIP tokenizer folders as the hub has them, with the real 49,408-token vocabulary, and transformers' reading.
 
-`make_text_model(root)` writes root/text_encoder (CLIPTextModel, quick_gelu) and
-root/text_encoder_2 (CLIPTextModelWithProjection, exact gelu, a different width) as
-fp16 safetensors like real SDXL files, plus root/tokenizer and root/tokenizer_2 with
-the real 49,408-token CLIP vocabulary in the hub's file format (tokenizer_2 pads with
-"!"), and returns fp32 transformers models loaded back from those files. The
-vocabulary is built here independently of engine/sdxl/tokenizer.py, from the BPE
-file slowframe bundles. Nothing is downloaded.
+The vocabulary is built here independently of engine/sdxl/tokenizer.py, from the BPE
+file slowframe bundles, so tests can hold the engine's tokenizer against it. Nothing
+is downloaded.
 """
 
 from __future__ import annotations
@@ -15,43 +11,12 @@ import gzip
 import json
 from pathlib import Path
 
-import torch
-from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
-
-from tiny_models import perturb_parameters
+from transformers import CLIPTokenizer
 
 BPE_FILE = Path(__file__).resolve().parent.parent / "engine" / "data" / "bpe_simple_vocab_16e6.txt.gz"
 
-# Like SDXL's configs (eos_token_id 2: the pooled EOS is found by argmax of the ids),
-# at a tiny size; the widths fit tests/tiny_models.py's "tiny" UNet (96 = 32 + 64).
-ENCODER_CONFIGS = {
-    "text_encoder": dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=3, intermediate_size=64,
-                         hidden_act="quick_gelu", projection_dim=32),
-    "text_encoder_2": dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=4, intermediate_size=160,
-                           hidden_act="gelu", projection_dim=64),
-}
-SDXL_TOKEN_IDS = dict(vocab_size=49408, max_position_embeddings=77, bos_token_id=0, eos_token_id=2, pad_token_id=1)
-
-
-def make_text_model(root: Path, seed: int = 0, eos_token_id: int = 2) -> tuple[CLIPTextModel,
-                                                                              CLIPTextModelWithProjection]:
-    """Write the encoders and tokenizers under `root` (once) and return the fp32 encoders."""
-    root = Path(root)
-    for name in ("tokenizer", "tokenizer_2"):
-        if not (root / name / "vocab.json").exists():
-            write_tokenizer(root / name, pad_token="!" if name == "tokenizer_2" else "<|endoftext|>")
-    classes = {"text_encoder": CLIPTextModel, "text_encoder_2": CLIPTextModelWithProjection}
-    models = []
-    for i, (name, cls) in enumerate(classes.items()):
-        folder = root / name
-        if not (folder / "config.json").exists():
-            torch.manual_seed(seed + i)
-            config = CLIPTextConfig(**ENCODER_CONFIGS[name], **{**SDXL_TOKEN_IDS, "eos_token_id": eos_token_id})
-            model = cls(config)
-            perturb_parameters(model, seed + i + 100, embeddings=True)
-            model.half().save_pretrained(folder, variant="fp16")
-        models.append(cls.from_pretrained(folder, variant="fp16", dtype=torch.float16).float().eval())
-    return models[0], models[1]
+# SDXL's tokenizer pads with EOS, tokenizer_2 with "!".
+PAD_TOKENS = {"tokenizer": "<|endoftext|>", "tokenizer_2": "!"}
 
 
 def clip_vocabulary() -> tuple[dict[str, int], list[str]]:
@@ -103,5 +68,13 @@ def write_tokenizer(folder: Path, pad_token: str, legacy_format: bool = True) ->
     (folder / "special_tokens_map.json").write_text(json.dumps(specials, indent=2))
 
 
+def write_tokenizers(root: Path) -> None:
+    """root/tokenizer and root/tokenizer_2 as SDXL base has them, unless already there."""
+    for name, pad_token in PAD_TOKENS.items():
+        if not (Path(root) / name / "vocab.json").exists():
+            write_tokenizer(Path(root) / name, pad_token)
+
+
 def reference_tokenizers(root: Path) -> tuple[CLIPTokenizer, CLIPTokenizer]:
+    """transformers' tokenizers on root/tokenizer and root/tokenizer_2."""
     return CLIPTokenizer.from_pretrained(root / "tokenizer"), CLIPTokenizer.from_pretrained(root / "tokenizer_2")
