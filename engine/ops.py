@@ -2,7 +2,7 @@
 
 conv2d picks Winograd, nine shifted GEMMs or a patch matrix per band of rows; attention
 runs the fused C kernel or two BLAS GEMMs per band of query rows. The GEMMs are BLAS
-(numpy's, or engine.blas for what numpy lacks), the inner loops engine.fastops' C
+(numpy's, or engine.blas for what numpy lacks), the inner loops engine.kernels' C
 kernels (Winograd transforms, attention, norms, GELU, softmax), split over the cores.
 
 Layouts: images (B, C, H, W); token sequences (B, L, C) or (N, C); weights as in
