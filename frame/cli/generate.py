@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.atomic import atomic_write
 from engine.errors import Cancelled, InputError
 from engine.options import PRESETS
 from engine.sdxl.samplers import SAMPLERS
@@ -120,11 +121,8 @@ def load_npy(path: str, flag: str) -> np.ndarray:
 
 
 def save_npy(path: str, array: np.ndarray) -> None:
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    with open(tmp, "wb") as f:
+    with atomic_write(path) as f:
         np.save(f, array)
-    tmp.replace(target)
 
 
 class ProgressBar:
