@@ -10,6 +10,7 @@ nothing is mapped or resident beyond what an op needs.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ DTYPES: dict[str, np.dtype] = {
 }
 ITEMSIZE = {"F32": 4, "F16": 2, "BF16": 2, "U8": 1, "I64": 8, "F64": 8, "I32": 4, "I16": 2, "I8": 1, "BOOL": 1}
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+MAX_HEADER_DEPTH = 64      # a real header nests 3 deep; deeper JSON is damage or an attack on the parser
+MAX_DIMENSIONS = 8
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl")
 
 
@@ -45,7 +48,7 @@ class TensorInfo:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
 
 def refuse_pickle(path: Path) -> None:
@@ -78,10 +81,11 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
     except OSError as e:
         raise ModelFileError(f"{path}: cannot read: {e.strerror}") from None
     try:
+        _check_depth(raw)
         header = json.loads(raw.decode("utf-8"))
         if not isinstance(header, dict):
             raise ValueError("header is not a JSON object")
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ModelFileError(f"{path}: corrupt safetensors header ({e}); copy or download the file again") from None
 
     data_start = 8 + n
@@ -90,16 +94,9 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        try:
-            dtype = entry["dtype"]
-            shape = tuple(int(s) for s in entry["shape"])
-            begin, end = (int(v) for v in entry["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise ModelFileError(f"{path}: corrupt header entry for tensor '{name}': {entry!r}") from None
-        if dtype not in ITEMSIZE:
-            raise ModelFileError(f"{path}: tensor '{name}' has unknown dtype {dtype!r}")
-        expected = ITEMSIZE[dtype] * int(np.prod(shape, dtype=np.int64))
-        if any(s < 0 for s in shape) or end - begin != expected or begin < 0:
+        dtype, shape, begin, end = _parse_entry(path, name, entry)
+        expected = ITEMSIZE[dtype] * math.prod(shape)
+        if end - begin != expected or begin < 0:
             raise ModelFileError(
                 f"{path}: tensor '{name}' header is inconsistent: {dtype}{list(shape)} needs {expected} bytes "
                 f"but its data_offsets span {end - begin}; the file is corrupt")
@@ -108,7 +105,69 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
                 f"{path}: truncated: tensor '{name}' ends at byte {data_start + end} but the file has only "
                 f"{size} bytes. The copy is incomplete: copy or download it again")
         tensors[name] = TensorInfo(name, path, dtype, shape, data_start + begin, end - begin)
+    _refuse_overlaps(path, tensors.values())
     return tensors
+
+
+def _check_depth(raw: bytes) -> None:
+    """Refuse JSON nested deeper than MAX_HEADER_DEPTH before json.loads recurses into it."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:      # backslash
+                escaped = True
+            elif byte == 0x22:      # closing quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_HEADER_DEPTH:
+                raise ValueError(f"JSON nested more than {MAX_HEADER_DEPTH} deep")
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+
+
+def _parse_entry(path: Path, name: str, entry: object) -> tuple[str, tuple[int, ...], int, int]:
+    """One tensor's dtype, shape and data offsets, each checked for type and range."""
+    def whole(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2 ** 63
+
+    if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
+        raise ModelFileError(f"{path}: corrupt header entry for tensor '{name}': needs dtype, shape and "
+                             f"data_offsets, got {_brief(entry)}; the file is corrupt")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in ITEMSIZE:
+        raise ModelFileError(f"{path}: tensor '{name}' has unknown dtype {_brief(dtype)} "
+                             f"(safetensors knows {', '.join(ITEMSIZE)})")
+    if not isinstance(shape, list) or len(shape) > MAX_DIMENSIONS or not all(whole(v) for v in shape):
+        raise ModelFileError(f"{path}: tensor '{name}' has an impossible shape {_brief(shape)} (at most "
+                             f"{MAX_DIMENSIONS} whole numbers 0 to 2^63); the file is corrupt")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(whole(v) for v in offsets):
+        raise ModelFileError(f"{path}: tensor '{name}' has impossible data_offsets {_brief(offsets)} "
+                             "(two whole numbers from 0); the file is corrupt")
+    return dtype, tuple(shape), offsets[0], offsets[1]
+
+
+def _refuse_overlaps(path: Path, tensors: Iterable[TensorInfo]) -> None:
+    """Two tensors may not share bytes: a file that says so is corrupt or crafted."""
+    previous = None
+    for info in sorted((t for t in tensors if t.nbytes), key=lambda t: t.offset):
+        if previous is not None and info.offset < previous.offset + previous.nbytes:
+            raise ModelFileError(f"{path}: tensors '{previous.name}' and '{info.name}' overlap in the file "
+                                 "(their data_offsets share bytes); the file is corrupt or was not written by "
+                                 "a safetensors writer: download it again")
+        previous = info
+
+
+def _brief(value: object, limit: int = 80) -> str:
+    """repr of a header value, cut short: a hostile header may hold megabytes in one entry."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + " ...]"
 
 
 def read_raw(info: TensorInfo, out: np.ndarray | None = None, fd: int | None = None) -> np.ndarray:
