@@ -19,6 +19,7 @@ from typing import BinaryIO, Iterable
 
 import numpy as np
 
+from engine import json_limits
 from engine.errors import ModelFileError
 
 DTYPES: dict[str, np.dtype] = {
@@ -81,11 +82,10 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
     except OSError as e:
         raise ModelFileError(f"{path}: cannot read: {e.strerror}") from None
     try:
-        _check_depth(raw)
-        header = json.loads(raw.decode("utf-8"))
+        header = json_limits.loads(raw, MAX_HEADER_DEPTH)
         if not isinstance(header, dict):
             raise ValueError("header is not a JSON object")
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+    except ValueError as e:
         raise ModelFileError(f"{path}: corrupt safetensors header ({e}); copy or download the file again") from None
 
     data_start = 8 + n
@@ -107,29 +107,6 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
         tensors[name] = TensorInfo(name, path, dtype, shape, data_start + begin, end - begin)
     _refuse_overlaps(path, tensors.values())
     return tensors
-
-
-def _check_depth(raw: bytes) -> None:
-    """Refuse JSON nested deeper than MAX_HEADER_DEPTH before json.loads recurses into it."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:      # backslash
-                escaped = True
-            elif byte == 0x22:      # closing quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > MAX_HEADER_DEPTH:
-                raise ValueError(f"JSON nested more than {MAX_HEADER_DEPTH} deep")
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
 
 
 def _parse_entry(path: Path, name: str, entry: object) -> tuple[str, tuple[int, ...], int, int]:
