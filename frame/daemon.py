@@ -34,6 +34,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from engine import json_limits
 from engine.atomic import write_bytes
 from frame.buttons import ButtonEvent, Buttons, ButtonsUnavailable
 from frame.config import (Config, ConfigError, Problem, ScheduleSettings, Theme, default_config, find_config,
@@ -125,10 +126,10 @@ class Daemon:
         self._watchdog: Watchdog | None = None
         self._lock = None
         state = self._load_state()
-        self.last_new: dt.datetime | None = _parse_time(state.get("last_new"))
-        self.shown_id: str | None = state.get("shown")
-        self.cursor: str | None = state.get("cursor")
-        self._picker_state = state.get("picker") or {}
+        self.last_new: dt.datetime | None = self._plausible(_parse_time(state.get("last_new")))
+        self.shown_id: str | None = state.get("shown") if isinstance(state.get("shown"), str) else None
+        self.cursor: str | None = state.get("cursor") if isinstance(state.get("cursor"), str) else None
+        self._picker_state = state.get("picker") if isinstance(state.get("picker"), dict) else {}
 
     # ---------------------------------------------------------------- life cycle
 
@@ -742,9 +743,30 @@ class Daemon:
 
     def _load_state(self) -> dict:
         try:
-            return json.loads(self._state_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            state = json_limits.loads(self._state_path.read_bytes(), 8)
+        except FileNotFoundError:
             return {}
+        except (OSError, ValueError) as exc:
+            log.warning("%s is unreadable (%s); the schedule and the theme order start afresh", self._state_path, exc)
+            return {}
+        if not isinstance(state, dict):
+            log.warning("%s is not a JSON object; the schedule and the theme order start afresh", self._state_path)
+            return {}
+        return state
+
+    def _plausible(self, last_new: dt.datetime | None) -> dt.datetime | None:
+        """``last_new`` unless it is more than a day away from now: a clock set right after a wrong one (no
+        network time yet, a dead RTC battery) must not park the next picture for months. None means the next
+        picture is due as soon as it is ready, which is also what a day-old time gives."""
+        if last_new is None:
+            return None
+        now = self.clock.now()
+        if abs(last_new - now) > dt.timedelta(days=1):
+            log.warning("the last new picture went up at %s by the saved state, more than a day from now (%s); "
+                        "the clock was wrong then or is now, so the schedule starts from now", _iso(last_new),
+                        _iso(now))
+            return None
+        return last_new
 
     def _save_state(self) -> None:
         state = {"last_new": _iso(self.last_new) if self.last_new else None, "shown": self.shown_id,
@@ -756,11 +778,13 @@ def _iso(t: dt.datetime) -> str:
     return t.isoformat(timespec="seconds")
 
 
-def _parse_time(text: str | None) -> dt.datetime | None:
+def _parse_time(text: object) -> dt.datetime | None:
+    """A naive local time written by _iso; None for anything else (a damaged or hand-edited file)."""
     try:
-        return dt.datetime.fromisoformat(text) if text else None
+        parsed = dt.datetime.fromisoformat(text) if isinstance(text, str) and text else None
     except ValueError:
         return None
+    return parsed.replace(tzinfo=None) if parsed is not None else None
 
 
 def _duration(seconds: float) -> str:

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from frame.userfiles import UserFileError, clean_text, read_user_text
+
 MAX_DEPTH = 16          # wildcard lists may refer to other lists; deeper than this is a cycle
 _WILDCARD = re.compile(r"__([A-Za-z0-9][A-Za-z0-9_-]*?)__")
 ORDERS = ("sequential", "shuffle", "weighted")
@@ -218,12 +220,12 @@ class WildcardLoader:
         """
         self.files.append(path)
         try:
-            lines = path.read_text(encoding="utf-8-sig").splitlines()
+            lines = read_user_text(path).splitlines()
         except FileNotFoundError:
             self._report(at, f"{where}: the file {path} does not exist (one entry per line; # starts a comment)")
             return []
-        except (OSError, UnicodeDecodeError) as exc:
-            self._report(at, f"{where}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
+        except UserFileError as exc:
+            self._report((str(path), exc.line, 1) if exc.line > 1 else at, f"{where}: {path}: {exc.message}")
             return []
         entries = []
         for number, line in enumerate(lines, 1):
@@ -231,6 +233,10 @@ class WildcardLoader:
             if not stripped or stripped.startswith("#"):
                 continue
             origin = Origin(str(path), number, len(line) - len(line.lstrip()) + 1)
+            stripped, why = clean_text(stripped)
+            if why:
+                self._report(origin.at(0), f"{where}: this entry {why}")
+                continue
             try:
                 template = parse_template(stripped)
             except TemplateError as exc:
@@ -338,6 +344,18 @@ def choose_prompt(templates: Sequence[Template], lists: Mapping[str, Sequence[Te
     return best[1], best[2]
 
 
+def _picker_state(state: object) -> dict:
+    """The parts of a saved picker state that have the right types (a damaged state.json starts afresh)."""
+    if not isinstance(state, Mapping):
+        return {}
+    good: dict = {}
+    if isinstance(state.get("last"), str):
+        good["last"] = state["last"]
+    if isinstance(state.get("bag"), list):
+        good["bag"] = [name for name in state["bag"] if isinstance(name, str)]
+    return good
+
+
 class ThemePicker:
     """Which theme comes next: in order, shuffled (each once per round) or weighted at random.
 
@@ -349,7 +367,7 @@ class ThemePicker:
         if order not in ORDERS:
             raise ValueError(f"theme order {order!r}: use one of {', '.join(ORDERS)}")
         self.order = order
-        self.state: dict = dict(state or {})
+        self.state: dict = _picker_state(state)
 
     def next(self, names: Sequence[str], weights: Sequence[float], rng: random.Random) -> str:
         """The name of the next theme among ``names`` (the current config's themes)."""

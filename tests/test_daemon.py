@@ -495,3 +495,46 @@ def test_a_second_daemon_on_the_same_state_refuses_to_start(frame):
                    notifier=Notifier(env={}))
     with pytest.raises(AlreadyRunning, match="another slowframe daemon is using"):
         other.start(control=False)
+
+
+def saved_state(tmp_path: Path, state) -> None:
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "state.json").write_text(state if isinstance(state, str) else json.dumps(state))
+
+
+def test_a_last_picture_time_months_ahead_is_recomputed_from_now(tmp_path, caplog):
+    # a Pi without network time booted at a wrong date, showed a picture, then the clock was corrected back
+    saved_state(tmp_path, {"last_new": "2025-09-01T07:00:00", "shown": None, "cursor": None, "picker": {}})
+    f = Frame(tmp_path)
+    try:
+        assert "more than a day from now" in caplog.text
+        f.runner.finish()
+        f.at(7, 0)
+        assert f.history() == ["sea"] and f.display.refreshes == 1   # due at the next time, not in September
+    finally:
+        f.close()
+
+
+def test_a_last_picture_time_within_a_day_is_kept(tmp_path):
+    saved_state(tmp_path, {"last_new": "2025-03-01T05:00:00"})
+    f = Frame(tmp_path)
+    try:
+        assert f.daemon.last_new == dt.datetime(2025, 3, 1, 5, 0)
+    finally:
+        f.close()
+
+
+@pytest.mark.parametrize("state", [
+    "[1, 2]", "not json", "{" * 5000, '{"last_new": 5, "shown": [1], "cursor": {}, "picker": "x"}',
+    '{"picker": {"bag": 3, "last": ["a"]}}', '{"picker": {"bag": ["sea", 4, null]}}',
+    '{"last_new": "2025-03-01T05:00:00+09:00"}',
+])
+def test_a_damaged_saved_state_starts_afresh_instead_of_crashing(tmp_path, state):
+    saved_state(tmp_path, state)
+    f = Frame(tmp_path, config=CONFIG.replace("order: sequential", "order: shuffle"))
+    try:
+        f.runner.finish()
+        f.at(7, 0)
+        assert len(f.history()) == 1
+    finally:
+        f.close()

@@ -39,8 +39,11 @@ def find_config(explicit: str | Path | None = None) -> Path | None:
     """The config file to use: ``explicit`` (which must exist), else the first of SEARCH_PATH, else None."""
     if explicit is not None:
         path = Path(explicit)
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError([Problem(str(path), 1, 1, "no such config file (check the path given to --config)")])
+        if not path.is_file():
+            what = "a folder" if path.is_dir() else "not a regular file (a FIFO or a device?)"
+            raise ConfigError([Problem(str(path), 1, 1, f"this is {what}; give --config the YAML file")])
         return path
     return next((p for p in SEARCH_PATH if p.is_file()), None)
 

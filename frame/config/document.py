@@ -38,7 +38,9 @@ def read_document(text: str, file: str, base: Path, source: Path | None) -> Conf
     """The Config ``text`` (the contents of ``file``) describes; ConfigError listing every problem when it has
     errors (warnings alone go in ``Config.warnings``). Relative paths are relative to ``base``."""
     reader = Reader(file, base)
-    config = _read_config(reader, compose(text, file), source)
+    root, text_problems = compose(text, file)
+    reader.problems.extend(text_problems)
+    config = _read_config(reader, root, source)
     if any(p.severity == "error" for p in reader.problems):
         raise ConfigError(sorted(reader.problems, key=_position))
     return config
@@ -52,7 +54,7 @@ def _read_config(reader: Reader, root: Node | None, source: Path | None) -> Conf
     top = (reader.mapping(root, "the config", SECTIONS) or {}) if root is not None else {}
     model = read_model(reader, top.get("model"))
     display = read_display(reader, top.get("display"))
-    folder = FilePath().read(reader, top["wildcard_folder"], "wildcard_folder") if "wildcard_folder" in top \
+    folder = FilePath("folder").read(reader, top["wildcard_folder"], "wildcard_folder") if "wildcard_folder" in top \
         else reader.base / "wildcards"
     prompts = Prompts(reader)
     wildcards = prompts.wildcards(top.get("wildcards"))

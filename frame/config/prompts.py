@@ -53,7 +53,7 @@ class LoraFile:
     """A LoRA file; one that is not there yet is a warning (the theme fails until it is)."""
 
     def read(self, reader: Reader, node: Node, where: str) -> Path | None:
-        path = FilePath().read(reader, node, where)
+        path = FilePath("file").read(reader, node, where)
         if path is not None and not path.exists():
             reader.warn(node, f"{where}: {path} does not exist yet; this theme fails until the file is there")
         return path
@@ -108,7 +108,7 @@ class Prompts:
                 reader.error(value, f"{where}: list names use letters, digits, '-' and '_' (used as __{name}__)")
                 continue
             if isinstance(value, ScalarNode) and not is_null(value):
-                path = FilePath().read(reader, value, where)
+                path = FilePath("file").read(reader, value, where)
                 entries = self.wildcard_loader.load_file(path, (reader.file, *reader.place(value)), where) \
                     if path is not None else []
             else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import re
+import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +21,15 @@ from typing import Protocol
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from frame.userfiles import UserFileError, clean_text, read_user_text
+
 TIME = re.compile(r"^(\d{1,2}):(\d{2})$")
 _NULL_VALUES = ("", "~", "null", "Null", "NULL")
 TRUE = ("true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON")
 FALSE = ("false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF")
 _UNQUOTED = re.compile(r"^\s*(?:-\s+)?([A-Za-z_][\w ]*):\s+([^\s\"'].*?)\s*$")
+MAX_VALUES = 20_000   # values in the document with every alias expanded (the example config has ~300)
+MAX_DEPTH = 32        # lists and mappings inside each other (the example config nests 4 deep)
 
 
 class ConfigError(Exception):
@@ -50,20 +55,22 @@ class Problem:
 
 
 def read_text(path: Path) -> str:
-    """The text of ``path``; ConfigError (one Problem) when it cannot be read or is not UTF-8."""
+    """The text of ``path``; ConfigError (one Problem) when it cannot be read, is not a regular file, is too
+    long or is not UTF-8."""
     try:
-        return path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[:exc.start].count(b"\n") + 1
-        raise ConfigError([Problem(str(path), line, 1, "the file is not UTF-8 text; save it as UTF-8")]) from None
-    except OSError as exc:
-        raise ConfigError([Problem(str(path), 1, 1, f"cannot read the file: {exc.strerror}")]) from None
+        return read_user_text(path)
+    except FileNotFoundError:
+        raise ConfigError([Problem(str(path), 1, 1, "no such config file")]) from None
+    except UserFileError as exc:
+        raise ConfigError([Problem(str(path), exc.line, 1, exc.message)]) from None
 
 
-def compose(text: str, file: str) -> Node | None:
-    """The document's root node (None when empty); ConfigError (one Problem, with a hint) when it is not YAML."""
+def compose(text: str, file: str) -> tuple[Node | None, list[Problem]]:
+    """The document's root node (None when empty) and the problems with its text (values the frame cannot
+    carry: these do not stop the reading); ConfigError (with a hint) when it is not YAML, or expands past
+    MAX_VALUES or MAX_DEPTH through its aliases."""
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         message = f"{exc.problem} {exc.context or ''}".strip() if exc.problem else str(exc)
@@ -75,6 +82,68 @@ def compose(text: str, file: str) -> Node | None:
                                    f"not valid YAML: {message}")]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([Problem(file, 1, 1, f"not valid YAML: {exc}")]) from None
+    except RecursionError:
+        raise ConfigError([Problem(file, 1, 1, f"not usable YAML: lists or mappings nested more than "
+                                               f"{MAX_DEPTH} deep")]) from None
+    if root is None:
+        return None, []
+    shape = _Shape(file)
+    shape.check(root)
+    if shape.fatal:
+        raise ConfigError(shape.fatal)
+    return root, shape.problems
+
+
+class _Shape:
+    """The document's size with its aliases expanded, its depth, and its text, checked before anything reads it:
+    nine anchors nine deep are 387 million values, and a value quoted in a message would be built whole."""
+
+    def __init__(self, file: str):
+        self.file = file
+        self.problems: list[Problem] = []   # text the frame cannot use: the rest can still be read
+        self.fatal: list[Problem] = []      # size, depth, self-reference: nothing can be read
+        self._sizes: dict[int, int] = {}
+
+    def check(self, root: Node) -> None:
+        self._measure(root, ())
+
+    def _measure(self, node: Node, trail: tuple[int, ...]) -> int:
+        """The number of values under ``node`` counting every alias use (MAX_VALUES + 1 once past it); a
+        problem at the first node where the limits are crossed."""
+        key = id(node)
+        if key in self._sizes:
+            return self._sizes[key]
+        if key in trail:
+            self._problem(node, "an alias (*name) refers to a list or mapping that contains it; "
+                                "a config cannot hold itself", fatal=True)
+            return MAX_VALUES + 1
+        if isinstance(node, ScalarNode):
+            node.value, why = clean_text(node.value)
+            if why:
+                self._problem(node, f"this text {why}")
+                node.refused = True   # reported here: Reader.scalar and Reader.python pass it over
+            size = 1
+        else:
+            if len(trail) >= MAX_DEPTH:
+                self._problem(node, f"lists and mappings nested more than {MAX_DEPTH} deep; a config needs "
+                                    "a few levels", fatal=True)
+                return MAX_VALUES + 1
+            children = [n for pair in node.value for n in pair] if isinstance(node, MappingNode) else node.value
+            size = 1
+            for child in children:
+                size += self._measure(child, trail + (key,))
+                if size > MAX_VALUES:
+                    if not self.fatal:   # said once, at the innermost list or mapping that crossed the limit
+                        self._problem(node, f"expands to more than {MAX_VALUES:,} values through its aliases "
+                                            "(*name); a frame's config needs far fewer: remove the aliases "
+                                            "that repeat others", fatal=True)
+                    break
+        self._sizes[key] = min(size, MAX_VALUES + 1)
+        return self._sizes[key]
+
+    def _problem(self, node: Node, message: str, fatal: bool = False) -> None:
+        problem = Problem(self.file, node.start_mark.line + 1, node.start_mark.column + 1, message)
+        (self.fatal if fatal else self.problems).append(problem)
 
 
 def _quoting_hint(line: str) -> str:
@@ -96,7 +165,7 @@ def _kind(node: Node) -> str:
         return "a mapping (key: value lines)"
     if isinstance(node, SequenceNode):
         return "a list"
-    return f"{node.value!r}" if node.value != "" else "nothing"
+    return reprlib.repr(node.value) if node.value != "" else "nothing"
 
 
 def suggest(word: str, choices: Iterable[str]) -> str:
@@ -171,13 +240,15 @@ class Reader:
             if not isinstance(key_node, ScalarNode):
                 self.error(key_node, f"{where}: a key must be a plain name")
                 continue
+            if _refused(key_node):
+                continue
             key = key_node.value
             if key in out:
-                self.error(key_node, f"{where}: {key!r} is given twice (the first is on line "
+                self.error(key_node, f"{where}: {reprlib.repr(key)} is given twice (the first is on line "
                                      f"{self._key_line(node, key)}); keep one")
                 continue
             if key not in allowed:
-                self.error(key_node, f"{where}: unknown key {key!r}{suggest(key, allowed)}")
+                self.error(key_node, f"{where}: unknown key {reprlib.repr(key)}{suggest(key, allowed)}")
                 continue
             out[key] = value_node
         return out
@@ -198,20 +269,31 @@ class Reader:
         return []
 
     def scalar(self, node: Node, where: str, what: str) -> str | None:
-        """The scalar's text as written; ``what`` names what was expected when it is a list or mapping."""
+        """The scalar's text as written; ``what`` names what was expected when it is a list or mapping.
+        None also for text compose refused (too long, a control character: reported there)."""
         if not isinstance(node, ScalarNode):
             self.error(node, f"{where}: expected {what}, got {_kind(node)}")
             return None
-        return node.value
+        return None if _refused(node) else node.value
 
     def python(self, node: Node, where: str) -> object | None:
         """The node as YAML's own Python value (lists, mappings, numbers...), for checks written in Python;
         None also when YAML cannot build it (reported)."""
+        if _refused(node):
+            return None
         try:
             return yaml.SafeLoader("").construct_object(node, deep=True)
         except yaml.YAMLError as exc:
             self.error(node, f"{where}: {exc}")
             return None
+
+
+def _refused(node: Node) -> bool:
+    """Whether compose refused the text of ``node`` or of a value inside it (the document is small by then)."""
+    if isinstance(node, ScalarNode):
+        return getattr(node, "refused", False)
+    children = [n for pair in node.value for n in pair] if isinstance(node, MappingNode) else node.value
+    return any(_refused(child) for child in children)
 
 
 class Kind(Protocol):
@@ -330,11 +412,40 @@ class Time:
 
 @dataclass(frozen=True)
 class FilePath:
-    """A file or folder; relative ones are relative to the file being read, ``~`` is the home folder."""
+    """A file or folder; relative ones are relative to the file being read, ``~`` is the home folder.
+
+    ``kind`` "folder" or "file": what must be there when something is, and no file may stand where a
+    folder of the path belongs (the frame makes missing folders; it cannot make them through a file).
+    """
+
+    kind: str | None = None
 
     def read(self, reader: Reader, node: Node, where: str) -> Path | None:
         raw = Text(allow_empty=False).read(reader, node, where)
         if raw is None:
             return None
         path = Path(raw).expanduser()
-        return path if path.is_absolute() else reader.base / path
+        path = path if path.is_absolute() else reader.base / path
+        problem = self.kind and _wrong_kind(path, self.kind)
+        if problem:
+            reader.error(node, f"{where}: {problem}")
+            return None
+        return path
+
+
+def _wrong_kind(path: Path, kind: str) -> str | None:
+    """Why ``path`` cannot be the ``kind`` ("folder" or "file") asked for, or None."""
+    try:
+        if path.exists():
+            if kind == "folder" and not path.is_dir():
+                return f"{path} is a file, not a folder; name a folder (or remove the file)"
+            if kind == "file" and not path.is_file():
+                what = "a folder" if path.is_dir() else "not a regular file (a FIFO or a device?)"
+                return f"{path} is {what}; name a text file"
+            return None
+        for parent in path.parents:
+            if parent.exists():
+                return None if parent.is_dir() else f"{parent} is a file, so {path} cannot be made; fix the path"
+    except OSError as exc:   # e.g. a path too long, or a folder we may not look into
+        return f"cannot look at {path}: {exc.strerror}"
+    return None

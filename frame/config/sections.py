@@ -50,11 +50,11 @@ TOP = (
     Key("log_level", OneOf(LOG_LEVELS), "how much the daemon logs"),
 )
 MODEL = (
-    Key("path", FilePath(), "the SDXL model folder (see `slowframe models import`)"),
+    Key("path", FilePath("folder"), "the SDXL model folder (see `slowframe models import`)"),
     Key("preset", OneOf(PRESETS), "the engine's memory preset"),
 )
 HISTORY = (
-    Key("folder", FilePath(), "where shown pictures are kept (default: <state directory>/history)"),
+    Key("folder", FilePath("folder"), "where shown pictures are kept (default: <state directory>/history)"),
     Key("keep", Whole(1, 1_000_000, " pictures"), "how many pictures to keep"),
     Key("max_mb", Number(1.0, 10_000_000.0, " MB"), "the most space they may take"),
 )
@@ -228,7 +228,7 @@ class _DisplayValue:
         value = reader.python(node, where)
         if value is None and not is_null(node):
             return None   # not a YAML value (reported)
-        if self.key == "panel" and value != AUTO_PANEL and value not in PANELS:
+        if self.key == "panel" and isinstance(value, str) and value != AUTO_PANEL and value not in PANELS:
             # in a file, name the closest panel rather than list them all
             reader.error(node, f"{where}: {value!r} is not a panel{suggest(str(value), PANELS)} "
                                "(or \"auto\" to read the HAT's EEPROM; `slowframe panels` lists them)")

@@ -10,6 +10,7 @@ run the same rules and report them in the same words.
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -40,7 +41,7 @@ class DisplayKey:
     def check(self, key: str, value, strict: bool = False) -> None:
         """DisplayError saying what is allowed when ``value`` is not; ``strict``: the ``also`` names are not."""
         if self.choices and value not in (self.choices if strict else self.choices + self.also):
-            raise DisplayError(f"display.{key}: {value!r} is not one of {', '.join(self.choices)}")
+            raise DisplayError(f"display.{key}: {reprlib.repr(value)} is not one of {', '.join(self.choices)}")
         if self.bad is not None and (why := self.bad(value)):
             raise DisplayError(f"display.{key}: {value} {why}")
 
@@ -135,16 +136,16 @@ def _typed(key: str, value) -> object:
         return dict(value)
     if kind is bool:
         if not isinstance(value, bool):
-            raise DisplayError(f"{where}: expected true or false, got {value!r}")
+            raise DisplayError(f"{where}: expected true or false, got {reprlib.repr(value)}")
         return value
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise DisplayError(f"{where}: expected a whole number, got {value!r}")
+            raise DisplayError(f"{where}: expected a whole number, got {reprlib.repr(value)}")
         return value
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise DisplayError(f"{where}: expected a number, got {value!r}")
+            raise DisplayError(f"{where}: expected a number, got {reprlib.repr(value)}")
         return float(value)
     if not isinstance(value, str):
-        raise DisplayError(f"{where}: expected text, got {value!r}")
+        raise DisplayError(f"{where}: expected text, got {reprlib.repr(value)}")
     return value
