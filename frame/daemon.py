@@ -32,7 +32,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image
 
 from engine import json_limits
 from engine.atomic import write_bytes
@@ -45,6 +44,7 @@ from frame.history import History
 from frame.jobs import Job, JobStore
 from frame.notify import Notifier, Watchdog
 from frame.paths import SEARCH_PATH
+from frame.pictures import PictureError, open_picture
 from frame.scheduler import Clock, SystemClock, describe_wait, due_at, quiet_hours_at, quiet_until
 from frame.themes import ThemePicker, choose_prompt
 from frame.worker import DEFAULT_GENERATOR, ChildRunner, Failed, Finished, Progress
@@ -584,9 +584,8 @@ class Daemon:
         if now < due or self.display is None or self.display.seconds_until_ready() > 0:
             return
         try:
-            image = Image.open(self.jobs.result_path)
-            image.load()
-        except OSError as exc:
+            image = open_picture(self.jobs.result_path)
+        except PictureError as exc:
             log.error("job %s: its picture cannot be read (%s); making it again", state.job.id, exc)
             state.finished = None
             self.jobs.save(state)
@@ -609,7 +608,7 @@ class Daemon:
         record.pop("requested", None)
         record.pop("created", None)
         finished = _parse_time(state.finished) or self.clock.now()
-        image = Image.open(self.jobs.result_path)
+        image = open_picture(self.jobs.result_path)
         entry = self.history.add(image, record, f"{finished:%Y%m%d-%H%M%S}")
         log.info("history: %s%s", entry.id, "" if shown else " (not shown)", extra=_fields(job))
         return entry
@@ -622,8 +621,12 @@ class Daemon:
             entry = self.history.get(wanted[1])
             if entry is None:
                 return
-            image = Image.open(entry.image)
-            image.load()
+            try:
+                image = open_picture(entry.image)
+            except PictureError as exc:
+                log.error("history: %s", exc)
+                self._error_screen = f"picture {entry.id} in the history cannot be read"
+                return
             if self._refresh(lambda: self.display.show(image, caption=entry.prompt), f"picture {entry.id}"):
                 self.shown_id = entry.id
         elif wanted[0] == "status":
@@ -635,10 +638,9 @@ class Daemon:
                 self.shown_id = None
         elif wanted[0] == "image":
             try:
-                image = Image.open(wanted[1])
-                image.load()
-            except OSError as exc:
-                log.error("show %s: %s", wanted[1], exc)
+                image = open_picture(wanted[1])
+            except PictureError as exc:
+                log.error("show: %s", exc)
                 return
             if self._refresh(lambda: self.display.show(image), wanted[1]):
                 self.shown_id = None

@@ -20,9 +20,13 @@ from pathlib import Path
 
 from PIL import Image, PngImagePlugin
 
+from engine import json_limits
 from engine.atomic import temp_files, write_bytes
+from engine.png_text import one_line
+from frame.userfiles import UserFileError, read_user_text
 
 log = logging.getLogger("slowframe.history")
+MAX_RECORD_BYTES = 1024 * 1024   # a record is ~2 KB
 
 
 @dataclass(frozen=True)
@@ -46,14 +50,20 @@ class Entry:
         return self.image.with_suffix(".json")
 
     def size_bytes(self) -> int:
-        return sum(p.stat().st_size for p in (self.image, self.sidecar) if p.exists())
+        total = 0
+        for path in (self.image, self.sidecar):
+            try:
+                total += path.stat().st_size
+            except OSError:   # gone since it was listed
+                pass
+        return total
 
 
 def parameters_text(record: dict) -> str:
     """The A1111-style ``parameters`` text: prompt, negative, then 'Steps: 20, Sampler: ...'."""
-    lines = [str(record.get("prompt", ""))]
+    lines = [one_line(record.get("prompt", ""))]
     if record.get("negative"):
-        lines.append(f"Negative prompt: {record['negative']}")
+        lines.append(f"Negative prompt: {one_line(record['negative'])}")
     fields = [("Steps", record.get("steps")), ("Sampler", record.get("sampler")),
               ("CFG scale", record.get("guidance")), ("Seed", record.get("seed")),
               ("Size", f"{record['width']}x{record['height']}" if "width" in record else None),
@@ -104,8 +114,12 @@ class History:
             if not image.exists():
                 continue
             try:
-                record = json.loads(sidecar.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
+                record = json_limits.loads(read_user_text(sidecar, MAX_RECORD_BYTES).encode(), 16)
+                if not isinstance(record, dict):
+                    raise ValueError("not a JSON object")
+            except FileNotFoundError:
+                continue   # pruned or replaced since the glob
+            except (UserFileError, ValueError) as exc:
                 log.warning("history: skipping %s: %s", sidecar.name, exc)
                 continue
             out.append(Entry(sidecar.stem, image, record))

@@ -43,6 +43,7 @@ from engine.checkpoint import CheckpointDir, CorruptCheckpoint, read_file, write
 from engine.errors import Cancelled, InputError, ModelFileError
 from engine.memory import release_free_memory
 from engine.options import resolve
+from engine.png_text import one_line
 from engine.sdxl.conditioning import Conditioning, TextEncoders
 from engine.sdxl.samplers import SAMPLERS, NoiseSchedule, Sampler, SamplerState, draw_noise, make_sampler
 from engine.sdxl.unet import UNet
@@ -127,9 +128,10 @@ class Result:
 
 
 def parameters_text(meta: dict) -> str:
-    lines = [meta.get("prompt", "")]
+    """The A1111-style ``parameters`` text: prompt, negative prompt, then 'Steps: 20, Sampler: ...'."""
+    lines = [one_line(meta.get("prompt", ""))]
     if meta.get("negative_prompt"):
-        lines.append(f"Negative prompt: {meta['negative_prompt']}")
+        lines.append(f"Negative prompt: {one_line(meta['negative_prompt'])}")
     fields = [("Steps", meta.get("steps")), ("Sampler", SAMPLER_LABELS.get(meta.get("sampler"), meta.get("sampler"))),
               ("CFG scale", meta.get("guidance")), ("Seed", meta.get("seed")),
               ("Size", f"{meta.get('width')}x{meta.get('height')}"), ("Model", meta.get("model_name")),

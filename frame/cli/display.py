@@ -24,16 +24,12 @@ def cmd_panels(args: argparse.Namespace) -> int:
 
 
 def _open_image(path: str):
-    from PIL import Image, UnidentifiedImageError
+    from frame.pictures import PictureError, open_picture
 
     try:
-        image = Image.open(path)
-        image.load()
-    except FileNotFoundError:
-        raise DisplayError(f"{path}: no such file") from None
-    except (UnidentifiedImageError, OSError) as exc:
-        raise DisplayError(f"{path}: not a picture Pillow can read ({exc})") from None
-    return image
+        return open_picture(path)
+    except PictureError as exc:
+        raise DisplayError(str(exc)) from None
 
 
 def cmd_dither(args: argparse.Namespace) -> int:
