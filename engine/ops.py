@@ -418,9 +418,9 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, slices: i
         run(*args, range(heads))
         return out
     with blas.single_threaded():
-        jobs = [worker_pool(threads).submit(run, *args, range(i, heads, threads)) for i in range(threads)]
-        for job in jobs:
-            job.result()
+        futures = [worker_pool(threads).submit(run, *args, range(i, heads, threads)) for i in range(threads)]
+        for future in futures:
+            future.result()
     return out
 
 
