@@ -513,7 +513,7 @@ class Daemon:
         width, height = theme.size or self.display.generation_size()
         now = self.clock.now()
         job = Job(id=f"{now:%Y%m%d-%H%M%S}-{self.rng.getrandbits(24):06x}", theme=theme.name, prompt=prompt,
-                  negative=theme.negative, seed=seed, steps=theme.steps, guidance=theme.guidance,
+                  negative_prompt=theme.negative, seed=seed, steps=theme.steps, guidance=theme.guidance,
                   sampler=theme.sampler, width=width, height=height, model=str(config.model.path),
                   preset=config.model.preset, lora=str(theme.lora) if theme.lora else None,
                   lora_weight=theme.lora_weight, requested=requested, created=_iso(now))

@@ -276,7 +276,7 @@ def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> i
               "resumed_from": resumed})
         return not cancel.is_set()
 
-    kwargs = dict(negative_prompt=job.negative or None, steps=job.steps, guidance=job.guidance, seed=job.seed,
+    kwargs = dict(negative_prompt=job.negative_prompt or None, steps=job.steps, guidance=job.guidance, seed=job.seed,
                   width=job.width, height=job.height, sampler=job.sampler, checkpoint_dir=str(checkpoint_dir),
                   on_progress=on_progress)
     if job.sampler == "turbo":   # the config's name for the pipeline's SDXL-Turbo mode

@@ -70,8 +70,8 @@ class FakePipeline:
                  on_progress=None, cancel: threading.Event | None = None) -> FakeResult:
         if self.behaviour.get("fail"):
             raise ModelFileError(self.behaviour["fail"])
-        spec = {"prompt": prompt, "negative": negative_prompt, "seed": seed, "steps": steps, "size": [width, height],
-                "sampler": sampler, "guidance": guidance, "preset": self.preset}
+        spec = {"prompt": prompt, "negative_prompt": negative_prompt, "seed": seed, "steps": steps,
+                "size": [width, height], "sampler": sampler, "guidance": guidance, "preset": self.preset}
         ckpt = Path(checkpoint_dir) / "fake.ckpt.json" if checkpoint_dir else None
         state = np.frombuffer(hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).digest(), np.uint8)
         state = state.astype(np.float64) / 255.0

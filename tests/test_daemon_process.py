@@ -32,8 +32,8 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO), os.en
 
 
 def make_job(model: Path, preset: str = "rpi", steps: int = 6, **changes) -> Job:
-    fields = dict(id="20250301-060000-abcdef", theme="sea", prompt="a calm sea", negative="", seed=1234, steps=steps,
-                  guidance=7.0, sampler="euler", width=64, height=48, model=str(model), preset=preset)
+    fields = dict(id="20250301-060000-abcdef", theme="sea", prompt="a calm sea", negative_prompt="", seed=1234,
+                  steps=steps, guidance=7.0, sampler="euler", width=64, height=48, model=str(model), preset=preset)
     return Job(**{**fields, **changes})
 
 
