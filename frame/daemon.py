@@ -2,7 +2,7 @@
 
 One main loop owns all decisions; everything else only posts to its queue:
 
-- the generation runner (a child process, frame.worker) posts Progress / Finished / Failed;
+- the generation runner (a child process, frame.worker) posts JobProgress / Finished / Failed;
 - the buttons (gpiozero's pin thread) and the control socket post actions;
 - signal handlers only set flags (SIGTERM/SIGINT: stop; SIGHUP: reload), read within a second.
 
@@ -46,7 +46,7 @@ from frame.notify import Notifier, Watchdog
 from frame.paths import SEARCH_PATH
 from frame.scheduler import Clock, SystemClock, describe_wait, due_at, quiet_hours_at, quiet_until
 from frame.themes import ThemePicker, choose_prompt
-from frame.worker import DEFAULT_GENERATOR, ChildRunner, Failed, Finished, Progress
+from frame.worker import DEFAULT_GENERATOR, ChildRunner, Failed, Finished, JobProgress
 
 log = logging.getLogger("slowframe.daemon")
 
@@ -105,7 +105,7 @@ class Daemon:
         self.history: History | None = None
         self.picker: ThemePicker | None = None
         self.current = None                 # JobState
-        self.progress: Progress | None = None
+        self.progress: JobProgress | None = None
         self.last_error: str | None = None
         self.failures = 0
         self.snapshot: dict = {}
@@ -238,7 +238,7 @@ class Daemon:
             event = Action(event.action, f"button {event.button} ({event.kind})")
         if isinstance(event, Action):
             self._act(event)
-        elif isinstance(event, Progress):
+        elif isinstance(event, JobProgress):
             if self.current is not None and event.job_id == self.current.job.id:
                 if event.resumed_from and self.progress is None:
                     log.info("job %s resumed from step %d of %d", event.job_id, event.resumed_from, event.steps,

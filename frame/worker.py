@@ -1,7 +1,7 @@
 """Generation in a child process: the daemon stays responsive and survives whatever happens to it.
 
 ``ChildRunner`` (in the daemon) starts ``python -m frame.worker`` for one job, feeds it the
-job as JSON on stdin and turns its output into events: Progress, Finished, Failed.
+job as JSON on stdin and turns its output into events: JobProgress, Finished, Failed.
 
 The worker (this module's ``main``):
 
@@ -64,7 +64,9 @@ def load_sdxl(model: str, preset: str, loras: list[tuple[str, float]]):
 # ---------------------------------------------------------------- events for the daemon
 
 @dataclass(frozen=True)
-class Progress:
+class JobProgress:
+    """The running job finished a step (the child's report of the pipeline's StepProgress)."""
+
     job_id: str
     step: int
     steps: int
@@ -160,7 +162,7 @@ class ChildRunner:
                 continue
             kind = event.get("event")
             if kind == "progress":
-                self.post(Progress(job.id, int(event["step"]), int(event["steps"]), event.get("seconds_per_step"),
+                self.post(JobProgress(job.id, int(event["step"]), int(event["steps"]), event.get("seconds_per_step"),
                                    event.get("resumed_from")))
             elif kind == "done":
                 done = event

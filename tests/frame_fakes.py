@@ -39,7 +39,7 @@ def calls(folder: Path) -> list[dict]:
 
 
 @dataclass
-class FakeProgress:
+class FakeStepProgress:
     step: int
     steps: int
     seconds_per_step: float | None = None
@@ -93,7 +93,7 @@ class FakePipeline:
                 tmp.write_text(json.dumps({"spec": spec, "step": step + 1, "state": state.tolist()}))
                 os.replace(tmp, ckpt)
             if on_progress is not None:
-                progress = FakeProgress(step + 1, steps, resumed_from=start if start and step == start else None)
+                progress = FakeStepProgress(step + 1, steps, resumed_from=start if start and step == start else None)
                 if on_progress(progress) is False:
                     raise Cancelled("on_progress returned False")
         self._log(event="done", prompt=prompt, seed=seed, state=state.tolist())
@@ -161,9 +161,9 @@ class ManualRunner:
 
     # what the worker would report
     def progress(self, step: int, seconds_per_step: float = 60.0) -> None:
-        from frame.worker import Progress
+        from frame.worker import JobProgress
 
-        self.post(Progress(self.job.id, step, self.job.steps, seconds_per_step))
+        self.post(JobProgress(self.job.id, step, self.job.steps, seconds_per_step))
 
     def finish(self, colour=(200, 120, 40)) -> None:
         from frame.worker import Finished

@@ -23,7 +23,7 @@ import pytest
 from frame.cli import main
 from frame.control import request
 from frame.jobs import Job
-from frame.worker import ChildRunner, Failed, Finished, Progress
+from frame.worker import ChildRunner, Failed, Finished, JobProgress
 from frame_fakes import FakePipeline, calls, write_fake_model
 
 TESTS = Path(__file__).resolve().parent
@@ -59,7 +59,7 @@ def run_worker(job: Job, folder: Path, stop_after: int | None = None, timeout: f
     while time.monotonic() < deadline:
         event = events.get(timeout=timeout)
         seen.append(event)
-        if isinstance(event, Progress) and stop_after is not None and event.step >= stop_after:
+        if isinstance(event, JobProgress) and stop_after is not None and event.step >= stop_after:
             runner.stop()
         if isinstance(event, (Finished, Failed)):
             return seen
@@ -70,7 +70,7 @@ def test_worker_reports_progress_and_writes_the_picture(tmp_path):
     model = write_fake_model(tmp_path / "model")
     job = make_job(model)
     events = run_worker(job, tmp_path / "job")
-    assert [e.step for e in events if isinstance(e, Progress)] == [1, 2, 3, 4, 5, 6]
+    assert [e.step for e in events if isinstance(e, JobProgress)] == [1, 2, 3, 4, 5, 6]
     done = events[-1]
     assert isinstance(done, Finished) and done.output == tmp_path / "job" / "result.png"
     assert done.metadata == {"prompt": "a calm sea", "seed": 1234, "model": "fake"}
@@ -87,7 +87,7 @@ def test_stopped_worker_keeps_its_checkpoint_and_resumes_to_the_same_picture(tmp
     assert isinstance(second[-1], Finished)
     resumed = [c for c in calls(model) if c["event"] == "start"][-1]["resumed_from"]
     assert resumed >= 3
-    assert [e.step for e in second if isinstance(e, Progress)][0] == resumed + 1
+    assert [e.step for e in second if isinstance(e, JobProgress)][0] == resumed + 1
     assert calls(model)[-1]["state"] == uninterrupted_state(job)
 
 
@@ -111,7 +111,7 @@ def test_worker_runs_at_low_priority(tmp_path):
     (tmp_path / "job" / "checkpoints").mkdir(parents=True)
     runner.start(make_job(model, steps=4), tmp_path / "job" / "checkpoints", tmp_path / "job" / "r.png",
                  tmp_path / "job" / "lock")
-    assert isinstance(events.get(timeout=30), Progress)
+    assert isinstance(events.get(timeout=30), JobProgress)
     pid = runner._proc.pid
     assert os.getpriority(os.PRIO_PROCESS, pid) == 19
     assert Path(f"/proc/{pid}/oom_score_adj").read_text().strip() == "1000"

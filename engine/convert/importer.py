@@ -68,7 +68,7 @@ class ImportReport:
 
 
 @dataclass(frozen=True)
-class Progress:
+class ImportProgress:
     """Told after every tensor written."""
 
     file: str
@@ -110,7 +110,7 @@ class _Output:
 def import_model(src: str | Path, dest: str | Path, precision: str = "fp16",
                  loras: list[tuple[str | Path, float]] = (), vae: str | Path | None = None,
                  config_dir: str | Path | None = None, log: Callable[[str], object] = print,
-                 progress: Callable[[Progress], object] | None = None) -> ImportReport:
+                 progress: Callable[[ImportProgress], object] | None = None) -> ImportReport:
     """Convert SRC (diffusers folder or SGM .safetensors) into the model folder DEST."""
     started = time.monotonic()
     src, dest = Path(src), Path(dest)
@@ -352,7 +352,7 @@ def _write_weights(out: _Output, root: Path, state: _State, counter: _Counter, p
                                           "sha256": hasher.hexdigest() if done else None})
                 since_checkpoint = 0
             if progress is not None:
-                progress(Progress(out.path, name, i + 1, counter.done, counter.total))
+                progress(ImportProgress(out.path, name, i + 1, counter.done, counter.total))
 
 
 def _hash_prefix(f, n: int, hasher) -> None:

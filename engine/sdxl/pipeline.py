@@ -87,7 +87,7 @@ class RunSettings:
 
 
 @dataclass
-class Progress:
+class StepProgress:
     """Reported after every UNet evaluation."""
 
     step: int                 # steps completed (0..steps)
@@ -182,7 +182,7 @@ class Pipeline:
                  guidance: float | None = None, seed: int | None = None, width: int = 1024, height: int = 1024,
                  sampler: str = "euler", turbo: bool = False, init_noise: np.ndarray | None = None,
                  checkpoint_dir: str | Path | None = None, restart: bool = False,
-                 on_progress: Callable[[Progress], object] | None = None, cancel: threading.Event | None = None,
+                 on_progress: Callable[[StepProgress], object] | None = None, cancel: threading.Event | None = None,
                  tiled: bool = True) -> Result:
         """Generate one picture. `turbo` is the SDXL-Turbo mode (Euler ancestral, trailing
         spacing, no CFG; default 1 step). With `checkpoint_dir` the run checkpoints after
@@ -298,7 +298,7 @@ class _Run:
     """One run's sampling loop with its checkpoints."""
 
     def __init__(self, pipe: Pipeline, settings: RunSettings, sampler: Sampler, store: CheckpointDir | None,
-                 on_progress: Callable[[Progress], object] | None, cancel: threading.Event | None):
+                 on_progress: Callable[[StepProgress], object] | None, cancel: threading.Event | None):
         self.pipe, self.settings, self.sampler, self.store = pipe, settings, sampler, store
         self.on_progress, self.cancel = on_progress, cancel
         self.cfg = settings.guidance > 1.0
@@ -393,7 +393,7 @@ class _Run:
         per_step = self.evaluations // self.sampler.steps
         done = step * per_step + half
         per_eval = sum(self.step_seconds) / len(self.step_seconds) / per_step if self.step_seconds else None
-        progress = Progress(step, self.sampler.steps, done, self.evaluations, self.seconds_per_step(),
+        progress = StepProgress(step, self.sampler.steps, done, self.evaluations, self.seconds_per_step(),
                             None if per_eval is None else round(per_eval * (self.evaluations - done), 1),
                             self.resumed_from)
         if self.on_progress is not None and self.on_progress(progress) is False:
