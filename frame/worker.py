@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.atomic import atomic_write
+from engine.errors import Cancelled, EngineError
 from frame.jobs import Job
 
 DEFAULT_GENERATOR = "frame.worker:load_sdxl"
@@ -188,10 +189,6 @@ class ChildRunner:
 
 # ---------------------------------------------------------------- the child process
 
-class Cancelled(Exception):
-    """SIGTERM arrived: stop now, the checkpoints are durable."""
-
-
 def _protocol_stream():
     """The real stdout for our JSON lines; fd 1 becomes stderr so stray prints cannot corrupt them."""
     out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
@@ -328,8 +325,6 @@ def main() -> int:
         emit({"event": "error", "message": "out of memory"})
         return EXIT_OOM
     except Exception as exc:   # reported to the daemon, which logs it and moves on
-        from engine.errors import EngineError
-
         if stop.event.is_set():
             return EXIT_CANCELLED      # the generator's own way of stopping on ``cancel``
         user = isinstance(exc, (EngineError, OSError))   # bad or missing model files, paths, permissions
