@@ -1,7 +1,7 @@
 """The base of every streamed model: ops that fetch their weights as they run.
 
 A model's forward pass is plain code calling `self.conv(name, ...)`,
-`self.linear(name, ...)` and friends with the checkpoint's module names. Each call
+`self.linear(name, ...)` and friends with the model files' module names. Each call
 asks the WeightsProvider for that module's tensors, computes, prints a trace line
 when `ops_printf` is on, and lets the weights go.
 

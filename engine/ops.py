@@ -6,7 +6,7 @@ runs the fused C kernel or two BLAS GEMMs per band of query rows. The GEMMs are 
 kernels (Winograd transforms, attention, norms, GELU, softmax), split over the cores.
 
 Layouts: images (B, C, H, W); token sequences (B, L, C) or (N, C); weights as in
-the checkpoint (linear (out, in), conv (out, in, kh, kw)).
+the model files (linear (out, in), conv (out, in, kh, kw)).
 """
 
 from __future__ import annotations

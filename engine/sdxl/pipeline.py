@@ -167,7 +167,7 @@ class Pipeline:
         if missing:
             raise ModelFileError(f"{root}: missing {', '.join(f'{c}/' for c in missing)} (each with a config.json); "
                                  "is this an SDXL model folder? `slowframe models import` makes one from a "
-                                 "single .safetensors checkpoint")
+                                 "single-file .safetensors model")
         resolve(preset, **overrides)   # bad options fail now, not after the text encoders ran
         loras = [(Path(path), float(weight)) for path, weight in loras]
         if loras:    # engine.convert is imported for LoRAs only: without them its code never loads

@@ -1,7 +1,7 @@
 """The SDXL UNet (diffusers UNet2DConditionModel, SDXL architecture), streamed from disk.
 
 Read top to bottom: __call__ -> time embedding -> down blocks -> mid -> up blocks ->
-output; each block a method; every weight named as in the checkpoint.
+output; each block a method; every weight named as in the model files.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Read top to bottom: decode -> forward (post_quant_conv, conv_in, mid block, the up
 blocks' resnets and upsamplers, GroupNorm, SiLU, conv_out); each block a method;
-every weight named as in the checkpoint. Compute is fp32 whatever the weights are
+every weight named as in the model files. Compute is fp32 whatever the weights are
 stored in (the decoder overflows fp16 arithmetic).
 
 Tiled decoding (engine/sdxl/tiles.py) decodes one tile of one picture at a time and
