@@ -1,4 +1,4 @@
-"""Images a convolution reads in bands of rows, so big inputs are never copied whole.
+"""Banded images: what a convolution reads, a band of rows at a time, so big inputs are never copied whole.
 
 A BandedImage is a (B, C, H, W) float32 image that can produce any band of rows of one
 batch item. Besides plain arrays, banded images can be compact (fp16 or uint8 storage,

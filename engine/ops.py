@@ -1,4 +1,4 @@
-"""The ops a model runs on fp32 arrays: linear, conv2d, attention, LayerNorm, GEGLU/GELU.
+"""The ops a model runs on fp32 arrays: linear, conv2d of banded images, attention, LayerNorm, GEGLU/GELU/SiLU.
 
 conv2d picks Winograd, nine shifted GEMMs or a patch matrix per band of rows; attention
 runs the fused C kernel or two BLAS GEMMs per band of query rows. The GEMMs are BLAS

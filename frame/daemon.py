@@ -1,4 +1,4 @@
-"""`slowframe run`: the frame itself, unattended for months.
+"""The daemon behind `slowframe run`: the frame itself, unattended for months.
 
 One main loop owns all decisions; everything else only posts to its queue:
 

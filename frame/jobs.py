@@ -1,4 +1,4 @@
-"""The picture being made: its full spec, saved before it starts so a restart resumes it.
+"""The job: the picture being made, its full spec saved before it starts so a restart resumes it.
 
 A job is everything that decides the picture (theme, expanded prompt, seed, steps, size,
 model, preset...). ``JobStore`` keeps the current one in the state directory:

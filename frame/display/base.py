@@ -1,4 +1,4 @@
-"""What every display does: fit, caption, dither, orient, then refresh one at a time.
+"""The Display every backend extends (fit, caption, dither, orient, refresh one at a time) and its DitheredPicture.
 
 A backend only implements ``_refresh(indices)``: put (panel_height, panel_width) ink
 indices, native orientation and order, on the panel, raising PanelBusyError when the
