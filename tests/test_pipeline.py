@@ -284,7 +284,7 @@ def test_an_incomplete_model_folder_names_what_is_missing(tmp_path):
 
 def test_a_lora_applied_at_run_time_gives_the_picture_of_the_model_with_it_merged(tiny_checkpoint, tmp_path):
     from engine.convert.importer import import_model
-    from test_models_lora import kohya_lora
+    from lora_files import kohya_lora
 
     lora = kohya_lora(tmp_path / "style.safetensors")
     merged = tmp_path / "merged"
