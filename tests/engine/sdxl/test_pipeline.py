@@ -25,7 +25,7 @@ from engine.errors import Cancelled, InputError, ModelFileError
 from engine.sdxl import Pipeline
 from engine.sdxl.samplers import draw_noise
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 WIDTH, HEIGHT = 128, 64          # latents 16 x 8: non-square
 PROMPT, NEGATIVE = "a lighthouse at dusk, oil painting", "blurry"   # no emphasis: diffusers reads it literally
 
