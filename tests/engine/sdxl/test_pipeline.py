@@ -25,7 +25,7 @@ from engine.errors import Cancelled, InputError, ModelFileError
 from engine.sdxl import Pipeline
 from engine.sdxl.samplers import draw_noise
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 WIDTH, HEIGHT = 128, 64          # latents 16 x 8: non-square
 PROMPT, NEGATIVE = "a lighthouse at dusk, oil painting", "blurry"   # no emphasis: diffusers reads it literally
 
@@ -284,7 +284,7 @@ def test_an_incomplete_model_folder_names_what_is_missing(tmp_path):
 
 def test_a_lora_applied_at_run_time_gives_the_picture_of_the_model_with_it_merged(tiny_single_file, tmp_path):
     from engine.convert.importer import import_model
-    from test_models_lora import kohya_lora
+    from lora_files import kohya_lora
 
     lora = kohya_lora(tmp_path / "style.safetensors")
     merged = tmp_path / "merged"
