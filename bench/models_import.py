@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Benchmark of `slowframe models import` on a full-size single-file SDXL checkpoint.
+"""Benchmark of `slowframe models import` on a full-size single-file SDXL model.
 
-Writes a random checkpoint with exactly the tensors, names and shapes of
+Writes a random single-file model with exactly the tensors, names and shapes of
 sd_xl_base_1.0.safetensors (SGM layout, fp16, ~6.9 GB; values are random finite fp16
 bits, which costs the converter the same as real weights), then imports it in a fresh
 subprocess per precision and reports seconds, peak RSS (VmHWM of that process) and
@@ -10,7 +10,7 @@ are SDXL base's. Big files go to
 
     ${SLOWFRAME_BENCH_CACHE:-~/.cache/slowframe-bench}/models-import/
 
-and are deleted at the end unless --keep. Needs ~14 GB of free disk (the checkpoint and
+and are deleted at the end unless --keep. Needs ~14 GB of free disk (the model file and
 one import at a time). Run from the repository root:
 
     python bench/models_import.py                   # uint8 and fp16
@@ -71,7 +71,7 @@ print(json.dumps({"seconds": time.monotonic() - started, "peak_rss": peak_rss_by
 """
 
 
-def write_checkpoint(path: Path) -> None:
+def write_single_file(path: Path) -> None:
     from sgm_files import sgm_entries, write_sgm_file
 
     rng = np.random.default_rng(0)
@@ -99,24 +99,24 @@ def check_derived_configs(path: Path) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--precisions", nargs="+", default=["uint8", "fp16"], choices=["uint8", "fp16"])
-    parser.add_argument("--keep", action="store_true", help="keep the checkpoint and outputs")
+    parser.add_argument("--keep", action="store_true", help="keep the model file and outputs")
     args = parser.parse_args()
     CACHE.mkdir(parents=True, exist_ok=True)
-    checkpoint = CACHE / "sd_xl_base_1.0-random.safetensors"
+    single_file = CACHE / "sd_xl_base_1.0-random.safetensors"
     try:
-        if not checkpoint.exists():
+        if not single_file.exists():
             started = time.monotonic()
-            print(f"writing a random full-size SDXL checkpoint to {checkpoint}", flush=True)
-            write_checkpoint(checkpoint)
-            print(f"  {checkpoint.stat().st_size / 1e9:.2f} GB in {time.monotonic() - started:.0f} s", flush=True)
-        differences = check_derived_configs(checkpoint)
+            print(f"writing a random full-size SDXL single-file model to {single_file}", flush=True)
+            write_single_file(single_file)
+            print(f"  {single_file.stat().st_size / 1e9:.2f} GB in {time.monotonic() - started:.0f} s", flush=True)
+        differences = check_derived_configs(single_file)
         print("configs read from the shapes: " + ("SDXL base's" if not differences else "; ".join(differences)))
         results = {}
         for precision in args.precisions:
             dest = CACHE / f"imported-{precision}"
             shutil.rmtree(dest, ignore_errors=True)
             print(f"importing as {precision} ...", flush=True)
-            proc = subprocess.run([sys.executable, "-c", CHILD, str(checkpoint), str(dest), precision], cwd=REPO,
+            proc = subprocess.run([sys.executable, "-c", CHILD, str(single_file), str(dest), precision], cwd=REPO,
                                   capture_output=True, text=True)
             if proc.returncode:
                 sys.exit(f"import failed:\n{proc.stdout}\n{proc.stderr}")

@@ -86,7 +86,7 @@ def read_file(path: Path) -> Checkpoint:
 
 
 class CheckpointDir:
-    """The numbered checkpoints of one job in one folder."""
+    """The numbered checkpoints of one run in one folder."""
 
     def __init__(self, path: str | Path, log: Callable[[str], None] = print):
         self.path = Path(path)
@@ -128,7 +128,7 @@ class CheckpointDir:
         return None
 
     def clear(self) -> None:
-        """Delete this job's checkpoints (a deliberate restart)."""
+        """Delete this run's checkpoints (a deliberate restart)."""
         for _, path in self._numbered():
             path.unlink(missing_ok=True)
         for stray in temp_files(self.path, f"{PREFIX}*{SUFFIX}"):

@@ -1,6 +1,6 @@
-"""Errors the engine raises for problems a user can fix (bad files, bad inputs).
+"""The engine's exceptions: problems a user can fix (bad files, bad inputs), and Cancelled.
 
-Each message says what is wrong, where (file, tensor name) and how to fix it, so
+Each EngineError message says what is wrong, where (file, tensor name) and how to fix it, so
 the CLI can print it as is instead of a traceback.
 """
 

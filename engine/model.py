@@ -1,7 +1,7 @@
 """The base of every streamed model: ops that fetch their weights as they run.
 
 A model's forward pass is plain code calling `self.conv(name, ...)`,
-`self.linear(name, ...)` and friends with the checkpoint's module names. Each call
+`self.linear(name, ...)` and friends with the model files' module names. Each call
 asks the WeightsProvider for that module's tensors, computes, prints a trace line
 when `ops_printf` is on, and lets the weights go.
 
@@ -23,7 +23,7 @@ from engine import kernels, memory, ops
 from engine.errors import Cancelled
 from engine.options import Options
 from engine.parallel import equal_step
-from engine.sources import Normalized, Source
+from engine.bands import Normalized, BandedImage
 from engine.trace import OpTrace
 from engine.weights import Group, TensorStore, WeightRows, make_provider
 
@@ -127,29 +127,29 @@ class StreamedModel:
         self.trace.end("linear", name, self._weight_bytes(names), started)
         return y
 
-    def conv(self, name: str, src: Source, stride: int = 1, out: np.ndarray | None = None) -> np.ndarray:
-        """Convolution of a source; with `out`, the result is added to it."""
+    def conv(self, name: str, image: BandedImage, stride: int = 1, out: np.ndarray | None = None) -> np.ndarray:
+        """Convolution of a banded image; with `out`, the result is added to it."""
         names = self._param_names(name)
         started = self.trace.begin()
         params = self.fetch(names)
         if self.planning:
-            B, _, H, W = src.shape
+            B, _, H, W = image.shape
             co = self.store.shape(names[0])[0]
             return out if out is not None else np.zeros((B, co, (H - 1) // stride + 1, (W - 1) // stride + 1),
                                                         dtype=np.float32)
         w, b = params if len(params) == 2 else (params[0], None)
-        y = ops.conv2d(src, w, b, stride, self.options.band_bytes, out)
+        y = ops.conv2d(image, w, b, stride, self.options.band_bytes, out)
         self.trace.end("conv", name, self._weight_bytes(names), started)
         return y
 
-    def group_norm(self, name: str, src: Source, groups: int, eps: float, silu: bool = False) -> Source:
-        """GroupNorm (+SiLU) as a source: statistics now, normalised values when read."""
+    def group_norm(self, name: str, image: BandedImage, groups: int, eps: float, silu: bool = False) -> BandedImage:
+        """GroupNorm (+SiLU) as a banded image: statistics now, normalised values when read."""
         names = self._param_names(name)
         started = self.trace.begin()
         params = self.fetch(names)
         if self.planning:
-            return src
-        y = Normalized(src, params[0], params[1], groups, eps, silu)
+            return image
+        y = Normalized(image, params[0], params[1], groups, eps, silu)
         self.trace.end("groupnorm", name, self._weight_bytes(names), started)
         return y
 

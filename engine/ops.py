@@ -1,4 +1,4 @@
-"""The ops a model runs on fp32 arrays: linear, conv2d, attention, LayerNorm, GEGLU/GELU.
+"""The ops a model runs on fp32 arrays: linear, conv2d of banded images, attention, LayerNorm, GEGLU/GELU/SiLU.
 
 conv2d picks Winograd, nine shifted GEMMs or a patch matrix per band of rows; attention
 runs the fused C kernel or two BLAS GEMMs per band of query rows. The GEMMs are BLAS
@@ -6,7 +6,7 @@ runs the fused C kernel or two BLAS GEMMs per band of query rows. The GEMMs are 
 kernels (Winograd transforms, attention, norms, GELU, softmax), split over the cores.
 
 Layouts: images (B, C, H, W); token sequences (B, L, C) or (N, C); weights as in
-the checkpoint (linear (out, in), conv (out, in, kh, kw)).
+the model files (linear (out, in), conv (out, in, kh, kw)).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from engine import blas, kernels
 from engine.parallel import equal_step, in_parallel, worker_pool
-from engine.sources import Dense, Source, silu_
+from engine.bands import Dense, BandedImage, silu_
 from engine.weights import Weight, row_chunks
 
 
@@ -34,19 +34,19 @@ def linear(x: np.ndarray, w: Weight, b: np.ndarray | None = None) -> np.ndarray:
     return y
 
 
-def conv2d(src: Source, w: Weight, b: np.ndarray | None, stride: int = 1,
+def conv2d(image: BandedImage, w: Weight, b: np.ndarray | None, stride: int = 1,
            band_bytes: int = 64 << 20, out: np.ndarray | None = None, threads: int = 0) -> np.ndarray:
     """2-D convolution, padding k//2, for 1x1 and 3x3 kernels at stride 1 or 2.
 
     Works in bands of output rows, each built from just the input rows it needs (so a
-    full im2col never exists, and the source may be normalised/upsampled/concatenated
+    full im2col never exists, and the banded image may be normalised/upsampled/concatenated
     on the fly). 3x3 stride-1 convolutions run by Winograd F(2x2, 3x3) where a band
     holds at least WINO_MIN_TILES tiles, else as nine shifted GEMMs; the rest (and
     3x3 without a reachable cblas_sgemm) build the band's (C*k*k, rows*W) patch
     matrix for one GEMM. A WeightRows weight is applied a band of output channels at
     a time. With `out` given, the result is added to it.
     """
-    B, C, H, W = src.shape
+    B, C, H, W = image.shape
     co, ci, k, _ = w.shape
     if ci != C:
         raise ValueError(f"conv expects {ci} input channels, got {C}")
@@ -59,13 +59,13 @@ def conv2d(src: Source, w: Weight, b: np.ndarray | None, stride: int = 1,
     if k == 3 and stride == 1:
         tile_rows, block = _winograd_plan(C, H, W, band_bytes)
         if tile_rows * ((W + 1) // 2) >= WINO_MIN_TILES:
-            _conv3x3_winograd(src, w, b, tile_rows, block, band_bytes, out, accumulate, threads)
+            _conv3x3_winograd(image, w, b, tile_rows, block, band_bytes, out, accumulate, threads)
             return out
     if k == 3 and stride == 1 and blas.HAS_GEMM:
-        _conv3x3_shifted(src, w, b, band_bytes, out, accumulate, threads)
+        _conv3x3_shifted(image, w, b, band_bytes, out, accumulate, threads)
         return out
     band = max(1, min(Ho, band_bytes // (4 * ci * k * k * Wo)))
-    patches = Patches(src, k, stride, band, Wo, threads)
+    patches = Patches(image, k, stride, band, Wo, threads)
     for c0, c1, wc in row_chunks(w):
         wm = wc.reshape(c1 - c0, ci * k * k)
         bias = None if b is None else b[c0:c1, None]
@@ -92,7 +92,7 @@ SHIFTED_BAND_BYTES = 16 << 20
 TAPS_PIECE_BYTES = 16 << 20
 
 
-def _conv3x3_shifted(src: Source, w: Weight, b: np.ndarray | None, band_bytes: int, out: np.ndarray,
+def _conv3x3_shifted(image: BandedImage, w: Weight, b: np.ndarray | None, band_bytes: int, out: np.ndarray,
                      accumulate: bool, threads: int) -> None:
     """3x3 stride-1 convolution as nine GEMMs accumulated into one result, no im2col.
 
@@ -103,7 +103,7 @@ def _conv3x3_shifted(src: Source, w: Weight, b: np.ndarray | None, band_bytes: i
     Results are computed for all W+2 columns of each row; the two past the edge are
     discarded when the band is copied out.
     """
-    B, C, H, W = src.shape
+    B, C, H, W = image.shape
     co = w.shape[0]
     Wp = W + 2
     budget = min(band_bytes, SHIFTED_BAND_BYTES)
@@ -131,7 +131,7 @@ def _conv3x3_shifted(src: Source, w: Weight, b: np.ndarray | None, band_bytes: i
             for bi in range(B):
                 for y0 in range(0, H, band):
                     n = min(band, H - y0)
-                    _fill_rows(src, bi, y0 - 1, padded, 1, threads)
+                    _fill_rows(image, bi, y0 - 1, padded, 1, threads)
                     res = result[:p1 - p0, :n * Wp]
                     for t in range(9):
                         offset = (t // 3) * Wp + t % 3
@@ -179,7 +179,7 @@ def _winograd_fills_whole_band(C: int, ty: int, W: int, band_bytes: int) -> bool
     return 4 * C * (2 * ty + 2) * (2 * ((W + 1) // 2) + 2) <= band_bytes
 
 
-def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, block: int, band_bytes: int,
+def _conv3x3_winograd(image: BandedImage, w: Weight, b: np.ndarray | None, ty: int, block: int, band_bytes: int,
                       out: np.ndarray, accumulate: bool, threads: int) -> None:
     """3x3 stride-1 convolution by Winograd F(2x2, 3x3), `ty` rows of tiles per band.
 
@@ -191,7 +191,7 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, blo
     weights are made for a piece of the output channels at a time, as the tap matrices
     are in _conv3x3_shifted; the transformed output of a piece stays within band_bytes.
     """
-    B, C, H, W = src.shape
+    B, C, H, W = image.shape
     co = w.shape[0]
     tx = (W + 1) // 2
     Wp = 2 * tx + 2
@@ -223,7 +223,7 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, blo
         where that fits."""
         if not whole:
             return None
-        _fill_rows(src, bi, y0 - 1, padded, 1, threads)
+        _fill_rows(image, bi, y0 - 1, padded, 1, threads)
         return transform_input(padded, (min(2 * ty, H - y0) + 1) // 2) if block == C else None
 
     def finish(u: np.ndarray, v: np.ndarray | None, bi: int, y0: int, p0: int) -> None:
@@ -241,7 +241,7 @@ def _conv3x3_winograd(src: Source, w: Weight, b: np.ndarray | None, ty: int, blo
                     p = padded[c0:c1]
                 else:
                     p = padded[:c1 - c0]
-                    _fill_rows(src, bi, y0 - 1, p, 1, threads, c0)
+                    _fill_rows(image, bi, y0 - 1, p, 1, threads, c0)
                 vb = transform_input(p, tyn).reshape(16, c1 - c0, tyn * tx)
                 _wino_products(u[:, :, c0:c1], vb, m, 0.0 if c0 == 0 else 1.0, threads)
         y = y_flat[:pp * 4 * tyn * tx].reshape(pp, 2 * tyn, 2 * tx)
@@ -281,17 +281,17 @@ def _wino_products(u: np.ndarray, v: np.ndarray, m: np.ndarray, beta: float, thr
         in_parallel(points, 0, 16, m.size * u.shape[2], threads)
 
 
-def _fill_rows(src: Source, bi: int, lo: int, padded: np.ndarray, col: int, threads: int, c0: int = 0) -> None:
+def _fill_rows(image: BandedImage, bi: int, lo: int, padded: np.ndarray, col: int, threads: int, c0: int = 0) -> None:
     """padded (channels, rows, Wp) = input rows lo .. lo+rows of batch item bi, channels
     c0 .. c0+channels, at columns col .. col+W, rows outside the image zeroed (the
     padding columns are the caller's)."""
-    H, W = src.shape[2], src.shape[3]
+    H, W = image.shape[2], image.shape[3]
     a, z = max(lo, 0), min(lo + padded.shape[1], H)
     padded[:, :a - lo] = 0.0
     padded[:, z - lo:] = 0.0
 
     def fill(r0: int, r1: int) -> None:
-        src.fill(bi, r0, r1, padded[:, r0 - lo:r1 - lo, col:col + W], c0)
+        image.fill(bi, r0, r1, padded[:, r0 - lo:r1 - lo, col:col + W], c0)
     in_parallel(fill, a, z, len(padded) * (z - a) * W, threads)
 
 
@@ -310,33 +310,33 @@ def _store(valid: np.ndarray, dst: np.ndarray, bias: np.ndarray | None, accumula
 class Patches:
     """The im2col matrix of a band of output rows, (C*k*k, rows*Wo), in reused buffers.
 
-    Building it is plain copying (plus the source's GroupNorm/SiLU/upsampling) that
+    Building it is plain copying (plus the banded image's GroupNorm/SiLU/upsampling) that
     one core would do while the other waits for the GEMM: it is split over threads.
     """
 
-    def __init__(self, src: Source, k: int, stride: int, band: int, wo: int, threads: int = 0):
-        self.src, self.k, self.stride, self.wo = src, k, stride, wo
+    def __init__(self, image: BandedImage, k: int, stride: int, band: int, wo: int, threads: int = 0):
+        self.image, self.k, self.stride, self.wo = image, k, stride, wo
         self.threads = threads
-        C, W = src.shape[1], src.shape[3]
+        C, W = image.shape[1], image.shape[3]
         if k > 1 or stride > 1:
             self.padded = np.zeros((C, (band - 1) * stride + k, W + 2 * (k // 2)), dtype=np.float32)
             self.buf = np.empty((C, k, k, band, wo), dtype=np.float32)
-        elif not isinstance(src, Dense):
+        elif not isinstance(image, Dense):
             self.buf = np.empty(C * band * W, dtype=np.float32)   # the band's (C, rows, W)
 
     def build(self, bi: int, y0: int, y1: int) -> np.ndarray:
-        src, k, s, wo = self.src, self.k, self.stride, self.wo
-        C, W = src.shape[1], src.shape[3]
+        image, k, s, wo = self.image, self.k, self.stride, self.wo
+        C, W = image.shape[1], image.shape[3]
         n = y1 - y0
         if k == 1 and s == 1:
-            if isinstance(src, Dense):
-                return np.ascontiguousarray(src.rows(bi, y0, y1)).reshape(C, n * W)
+            if isinstance(image, Dense):
+                return np.ascontiguousarray(image.rows(bi, y0, y1)).reshape(C, n * W)
             out = self.buf[:C * n * W].reshape(C, n, W)
-            _fill_rows(src, bi, y0, out, 0, self.threads)
+            _fill_rows(image, bi, y0, out, 0, self.threads)
             return out.reshape(C, n * W)
         pad = k // 2
         p = self.padded
-        _fill_rows(src, bi, y0 * s - pad, p[:, :(n - 1) * s + k], pad, self.threads)   # from the first row needed
+        _fill_rows(image, bi, y0 * s - pad, p[:, :(n - 1) * s + k], pad, self.threads)   # from the first row needed
         buf = self.buf[:, :, :, :n] if n == self.buf.shape[3] else np.empty((C, k, k, n, wo), dtype=np.float32)
 
         def shifted_copies(c0: int, c1: int) -> None:
@@ -418,9 +418,9 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, slices: i
         run(*args, range(heads))
         return out
     with blas.single_threaded():
-        jobs = [worker_pool(threads).submit(run, *args, range(i, heads, threads)) for i in range(threads)]
-        for job in jobs:
-            job.result()
+        futures = [worker_pool(threads).submit(run, *args, range(i, heads, threads)) for i in range(threads)]
+        for future in futures:
+            future.result()
     return out
 
 

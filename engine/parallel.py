@@ -24,10 +24,10 @@ def in_parallel(part: Callable[[int, int], None], start: int, stop: int, element
             part(start, stop)
         return
     bounds = [start + n * i // threads for i in range(threads + 1)]
-    jobs = [worker_pool(threads).submit(part, bounds[i], bounds[i + 1]) for i in range(1, threads)]
+    futures = [worker_pool(threads).submit(part, bounds[i], bounds[i + 1]) for i in range(1, threads)]
     part(bounds[0], bounds[1])
-    for job in jobs:
-        job.result()
+    for future in futures:
+        future.result()
 
 
 def equal_step(total: int, most: int) -> int:

@@ -53,7 +53,7 @@ class TensorInfo:
 
 
 def refuse_pickle(path: Path) -> None:
-    """Raise if `path` is a pickle-based checkpoint; never opens it."""
+    """Raise if `path` is a pickle-based model file; never opens it."""
     if path.suffix.lower() in PICKLE_SUFFIXES:
         raise ModelFileError(
             f"{path}: refusing to load a '{path.suffix}' file. These are Python pickles and "

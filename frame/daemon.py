@@ -1,8 +1,8 @@
-"""`slowframe run`: the frame itself, unattended for months.
+"""The daemon behind `slowframe run`: the frame itself, unattended for months.
 
 One main loop owns all decisions; everything else only posts to its queue:
 
-- the generation runner (a child process, frame.worker) posts Progress / Finished / Failed;
+- the generation runner (a child process, frame.worker) posts JobProgress / Finished / Failed;
 - the buttons (gpiozero's pin thread) and the control socket post actions;
 - signal handlers only set flags (SIGTERM/SIGINT: stop; SIGHUP: reload), read within a second.
 
@@ -47,7 +47,7 @@ from frame.paths import SEARCH_PATH
 from frame.pictures import PictureError, open_picture
 from frame.scheduler import Clock, SystemClock, describe_wait, due_at, quiet_hours_at, quiet_until
 from frame.themes import ThemePicker, choose_prompt
-from frame.worker import DEFAULT_GENERATOR, ChildRunner, Failed, Finished, Progress
+from frame.worker import DEFAULT_GENERATOR, ChildRunner, Failed, Finished, JobProgress
 
 log = logging.getLogger("slowframe.daemon")
 
@@ -106,7 +106,7 @@ class Daemon:
         self.history: History | None = None
         self.picker: ThemePicker | None = None
         self.current = None                 # JobState
-        self.progress: Progress | None = None
+        self.progress: JobProgress | None = None
         self.last_error: str | None = None
         self.failures = 0
         self.snapshot: dict = {}
@@ -239,7 +239,7 @@ class Daemon:
             event = Action(event.action, f"button {event.button} ({event.kind})")
         if isinstance(event, Action):
             self._act(event)
-        elif isinstance(event, Progress):
+        elif isinstance(event, JobProgress):
             if self.current is not None and event.job_id == self.current.job.id:
                 if event.resumed_from and self.progress is None:
                     log.info("job %s resumed from step %d of %d", event.job_id, event.resumed_from, event.steps,
@@ -514,7 +514,7 @@ class Daemon:
         width, height = theme.size or self.display.generation_size()
         now = self.clock.now()
         job = Job(id=f"{now:%Y%m%d-%H%M%S}-{self.rng.getrandbits(24):06x}", theme=theme.name, prompt=prompt,
-                  negative=theme.negative, seed=seed, steps=theme.steps, guidance=theme.guidance,
+                  negative_prompt=theme.negative, seed=seed, steps=theme.steps, guidance=theme.guidance,
                   sampler=theme.sampler, width=width, height=height, model=str(config.model.path),
                   preset=config.model.preset, lora=str(theme.lora) if theme.lora else None,
                   lora_weight=theme.lora_weight, requested=requested, created=_iso(now))

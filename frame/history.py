@@ -60,10 +60,10 @@ class Entry:
 
 
 def parameters_text(record: dict) -> str:
-    """The A1111-style ``parameters`` text: prompt, negative, then 'Steps: 20, Sampler: ...'."""
+    """The A1111-style ``parameters`` text: prompt, negative prompt, then 'Steps: 20, Sampler: ...'."""
     lines = [one_line(record.get("prompt", ""))]
-    if record.get("negative"):
-        lines.append(f"Negative prompt: {one_line(record['negative'])}")
+    if record.get("negative_prompt"):
+        lines.append(f"Negative prompt: {one_line(record['negative_prompt'])}")
     fields = [("Steps", record.get("steps")), ("Sampler", record.get("sampler")),
               ("CFG scale", record.get("guidance")), ("Seed", record.get("seed")),
               ("Size", f"{record['width']}x{record['height']}" if "width" in record else None),

@@ -1,4 +1,4 @@
-"""The picture being made: its full spec, saved before it starts so a restart resumes it.
+"""The job: the picture being made, its full spec saved before it starts so a restart resumes it.
 
 A job is everything that decides the picture (theme, expanded prompt, seed, steps, size,
 model, preset...). ``JobStore`` keeps the current one in the state directory:
@@ -28,7 +28,7 @@ class Job:
     id: str
     theme: str
     prompt: str
-    negative: str
+    negative_prompt: str
     seed: int
     steps: int
     guidance: float
@@ -47,7 +47,9 @@ class Job:
 
     @classmethod
     def from_json(cls, data: dict) -> Job:
+        """A job as ``to_json`` wrote it, or as an older frame did (its key "negative" is ``negative_prompt``)."""
         known = {f.name for f in fields(cls)}
+        data = {"negative_prompt": data["negative"], **data} if "negative" in data else data
         return cls(**{k: v for k, v in data.items() if k in known})
 
 

@@ -1,7 +1,7 @@
 """Generation in a child process: the daemon stays responsive and survives whatever happens to it.
 
 ``ChildRunner`` (in the daemon) starts ``python -m frame.worker`` for one job, feeds it the
-job as JSON on stdin and turns its output into events: Progress, Finished, Failed.
+job as JSON on stdin and turns its output into events: JobProgress, Finished, Failed.
 
 The worker (this module's ``main``):
 
@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.atomic import atomic_write
+from engine.errors import Cancelled, EngineError
 from frame.jobs import Job
 
 DEFAULT_GENERATOR = "frame.worker:load_sdxl"
@@ -64,7 +65,9 @@ def load_sdxl(model: str, preset: str, loras: list[tuple[str, float]]):
 # ---------------------------------------------------------------- events for the daemon
 
 @dataclass(frozen=True)
-class Progress:
+class JobProgress:
+    """The running job finished a step (the child's report of the pipeline's StepProgress)."""
+
     job_id: str
     step: int
     steps: int
@@ -160,7 +163,7 @@ class ChildRunner:
                 continue
             kind = event.get("event")
             if kind == "progress":
-                self.post(Progress(job.id, int(event["step"]), int(event["steps"]), event.get("seconds_per_step"),
+                self.post(JobProgress(job.id, int(event["step"]), int(event["steps"]), event.get("seconds_per_step"),
                                    event.get("resumed_from")))
             elif kind == "done":
                 done = event
@@ -185,10 +188,6 @@ class ChildRunner:
 
 
 # ---------------------------------------------------------------- the child process
-
-class Cancelled(Exception):
-    """SIGTERM arrived: stop now, the checkpoints are durable."""
-
 
 def _protocol_stream():
     """The real stdout for our JSON lines; fd 1 becomes stderr so stray prints cannot corrupt them."""
@@ -276,7 +275,7 @@ def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> i
               "resumed_from": resumed})
         return not cancel.is_set()
 
-    kwargs = dict(negative_prompt=job.negative or None, steps=job.steps, guidance=job.guidance, seed=job.seed,
+    kwargs = dict(negative_prompt=job.negative_prompt or None, steps=job.steps, guidance=job.guidance, seed=job.seed,
                   width=job.width, height=job.height, sampler=job.sampler, checkpoint_dir=str(checkpoint_dir),
                   on_progress=on_progress)
     if job.sampler == "turbo":   # the config's name for the pipeline's SDXL-Turbo mode
@@ -326,8 +325,6 @@ def main() -> int:
         emit({"event": "error", "message": "out of memory"})
         return EXIT_OOM
     except Exception as exc:   # reported to the daemon, which logs it and moves on
-        from engine.errors import EngineError
-
         if stop.event.is_set():
             return EXIT_CANCELLED      # the generator's own way of stopping on ``cancel``
         user = isinstance(exc, (EngineError, OSError))   # bad or missing model files, paths, permissions

@@ -35,8 +35,8 @@ def tiny_unet(tiny_unets) -> TinyUNet:
 
 
 @pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory):
-    """A tiny SDXL model as a diffusers folder and as a single-file SGM checkpoint (tests/sgm_files.py)."""
-    from tiny_models import TinyCheckpoint
+def tiny_single_file(tmp_path_factory):
+    """A tiny SDXL model as a diffusers folder and as a single-file SGM model (tests/sgm_files.py)."""
+    from tiny_models import TinySingleFile
 
-    return TinyCheckpoint(tmp_path_factory.mktemp("checkpoint"))
+    return TinySingleFile(tmp_path_factory.mktemp("single-file"))

@@ -39,7 +39,7 @@ def calls(folder: Path) -> list[dict]:
 
 
 @dataclass
-class FakeProgress:
+class FakeStepProgress:
     step: int
     steps: int
     seconds_per_step: float | None = None
@@ -70,8 +70,8 @@ class FakePipeline:
                  on_progress=None, cancel: threading.Event | None = None) -> FakeResult:
         if self.behaviour.get("fail"):
             raise ModelFileError(self.behaviour["fail"])
-        spec = {"prompt": prompt, "negative": negative_prompt, "seed": seed, "steps": steps, "size": [width, height],
-                "sampler": sampler, "guidance": guidance, "preset": self.preset}
+        spec = {"prompt": prompt, "negative_prompt": negative_prompt, "seed": seed, "steps": steps,
+                "size": [width, height], "sampler": sampler, "guidance": guidance, "preset": self.preset}
         ckpt = Path(checkpoint_dir) / "fake.ckpt.json" if checkpoint_dir else None
         state = np.frombuffer(hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).digest(), np.uint8)
         state = state.astype(np.float64) / 255.0
@@ -93,7 +93,7 @@ class FakePipeline:
                 tmp.write_text(json.dumps({"spec": spec, "step": step + 1, "state": state.tolist()}))
                 os.replace(tmp, ckpt)
             if on_progress is not None:
-                progress = FakeProgress(step + 1, steps, resumed_from=start if start and step == start else None)
+                progress = FakeStepProgress(step + 1, steps, resumed_from=start if start and step == start else None)
                 if on_progress(progress) is False:
                     raise Cancelled("on_progress returned False")
         self._log(event="done", prompt=prompt, seed=seed, state=state.tolist())
@@ -161,9 +161,9 @@ class ManualRunner:
 
     # what the worker would report
     def progress(self, step: int, seconds_per_step: float = 60.0) -> None:
-        from frame.worker import Progress
+        from frame.worker import JobProgress
 
-        self.post(Progress(self.job.id, step, self.job.steps, seconds_per_step))
+        self.post(JobProgress(self.job.id, step, self.job.steps, seconds_per_step))
 
     def finish(self, colour=(200, 120, 40)) -> None:
         from frame.worker import Finished

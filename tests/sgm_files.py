@@ -1,8 +1,8 @@
-"""SDXL's single-file SGM checkpoint format for tests: its tensor list, a writer, and diffusers' reader.
+"""SDXL's single-file SGM model format for tests: its tensor list, a writer, and diffusers' reader.
 
 `sgm_entries(configs)` lists every SGM tensor of a model with its shape and the
 diffusers tensors it is made of, without torch: bench/models_import.py uses it to write
-a full-size random checkpoint. `write_sgm(folder, path)` writes a diffusers folder's
+a full-size random single-file model. `write_sgm(folder, path)` writes a diffusers folder's
 weights under their original SGM names (the inverse of diffusers' single-file mapping),
 with the buffers real files carry; `load_single_file` reads such a file with diffusers'
 own `from_single_file`, which cross-checks the writer.
@@ -48,7 +48,7 @@ def sgm_entries(configs: dict[str, dict]) -> dict[str, tuple[tuple[int, ...], li
     return dict(sorted(entries.items()))
 
 
-# Buffers real SDXL checkpoints carry beside the weights (the importer ignores them).
+# Buffers real SDXL single-file models carry beside the weights (the importer ignores them).
 BUFFERS = {
     sgm_keys.CLIP_L_PREFIX + "text_model.embeddings.position_ids": ("I64", (1, 77)),
     sgm_keys.OPEN_CLIP_PREFIX + "logit_scale": ("F32", ()),
@@ -56,7 +56,7 @@ BUFFERS = {
 
 
 def write_sgm(folder: Path, path: Path) -> Path:
-    """The diffusers folder's fp16 weights, bit for bit, as one SGM checkpoint."""
+    """The diffusers folder's fp16 weights, bit for bit, as one SGM single-file model."""
     folder = Path(folder)
     configs = {c: json.loads((folder / c / "config.json").read_text()) for c in COMPONENTS}
     files = {c: folder / c / ("model.safetensors" if c.startswith("text") else "diffusion_pytorch_model.safetensors")

@@ -3,7 +3,7 @@
 Each model is built with diffusers/transformers from fixed seeds, its parameters
 perturbed so every one matters, stored as fp16 safetensors (like real SDXL files) and
 loaded back as fp32, so the engine and the reference use exactly the same weights.
-Tokenizer folders come from tests/tokenizer_files.py, single-file SGM checkpoints from
+Tokenizer folders come from tests/tokenizer_files.py, single-file SGM models from
 tests/sgm_files.py. Nothing is downloaded.
 """
 
@@ -188,7 +188,7 @@ SDXL_MODELS = {
     "tiny": WholeModel({"unet": unet_kwargs(UNET_CONFIGS["tiny"]), "vae": vae_kwargs(VAE_CONFIGS["tiny"]),
                         **{c: text_kwargs(kw) for c, kw in TEXT_ENCODER_CONFIGS.items()}},
                        seeds_alone(), "fp16"),
-    # Heads of 64 channels, the layout single-file SGM checkpoints are read in.
+    # Heads of 64 channels, the layout single-file SGM models are read in.
     "heads64": WholeModel({"unet": unet_kwargs(HEADS64_CONFIGS["unet"]), "vae": vae_kwargs(HEADS64_CONFIGS["vae"]),
                            "text_encoder": text_kwargs(HEADS64_CONFIGS["text_encoder"]),
                            "text_encoder_2": text_kwargs(HEADS64_CONFIGS["text_encoder_2"])},
@@ -279,8 +279,8 @@ class TinyVAE:
             return self.ref.decode(torch.from_numpy(z)).sample.numpy()
 
 
-class TinyCheckpoint:
-    """The "heads64" model as a diffusers folder (`folder`) and as an SGM file (`sgm`), with
+class TinySingleFile:
+    """The "heads64" model as a diffusers folder (`folder`) and as an SGM single-file model (`sgm`), with
     diffusers' fp32 pipeline on the folder (`pipe`)."""
 
     def __init__(self, root: Path):

@@ -1,4 +1,4 @@
-"""Model folders: import (diffusers folders and single-file SGM checkpoints, on the Pi
+"""Model folders: import (diffusers folders and single-file SGM models, on the Pi
 itself), verify, list, and LoRA styles merged at import or applied at run time.
 
     from engine.convert import import_model, verify_model

@@ -36,7 +36,7 @@ def open_diffusers(root: Path) -> ModelSource:
             raise ModelFileError(f"{root}: this is one component of a model (it has a config.json); pass the model "
                                  "folder that holds model_index.json, unet/, vae/ and the text encoders")
         raise ModelFileError(f"{root}: no model_index.json; expected a diffusers model folder (unet/, vae/, "
-                             "text_encoder/, text_encoder_2/, ...) or a single .safetensors checkpoint")
+                             "text_encoder/, text_encoder_2/, ...) or a single-file .safetensors model")
     index = _read_json(index_path)
     kind = index.get("_class_name", "?")
     if not str(kind).startswith("StableDiffusionXL"):

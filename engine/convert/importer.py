@@ -1,9 +1,9 @@
-"""`slowframe models import SRC DEST`: a diffusers folder or a single-file SGM checkpoint
+"""`slowframe models import SRC DEST`: a diffusers folder or a single-file SGM model
 becomes a model folder the engine runs (diffusers layout plus slowframe-model.json),
 converted tensor by tensor on the Pi itself.
 
 Memory: one band of rows of one tensor at a time (at most CHUNK_ELEMENTS as fp32), so
-a 7 GB checkpoint imports in well under 300 MB. Weights are written as fp16; with
+a 7 GB single-file model imports in well under 300 MB. Weights are written as fp16; with
 precision "uint8" the UNet's matrices and kernels are stored as uint8 with a scale and
 zero point per output channel (engine/quantize.py's format) and everything else as
 fp16. LoRAs given at import are merged into the weights on the way.
@@ -49,7 +49,7 @@ from engine.weights import Q_SCALE, Q_ZERO
 
 PRECISIONS = ("fp16", "uint8")     # uint8: the UNet's matrices and kernels; the rest stays fp16
 CHUNK_ELEMENTS = 4 << 20          # rows converted at once: 16 MB as fp32
-CHECKPOINT_BYTES = 64 << 20       # progress is made durable after this much output
+DURABLE_BYTES = 64 << 20       # progress is made durable after this much output
 STATE_FILE = ".import-state.json"
 STATE_VERSION = 1
 FP16_MAX = 65504.0
@@ -68,7 +68,7 @@ class ImportReport:
 
 
 @dataclass(frozen=True)
-class Progress:
+class ImportProgress:
     """Told after every tensor written."""
 
     file: str
@@ -110,7 +110,7 @@ class _Output:
 def import_model(src: str | Path, dest: str | Path, precision: str = "fp16",
                  loras: list[tuple[str | Path, float]] = (), vae: str | Path | None = None,
                  config_dir: str | Path | None = None, log: Callable[[str], object] = print,
-                 progress: Callable[[Progress], object] | None = None) -> ImportReport:
+                 progress: Callable[[ImportProgress], object] | None = None) -> ImportReport:
     """Convert SRC (diffusers folder or SGM .safetensors) into the model folder DEST."""
     started = time.monotonic()
     src, dest = Path(src), Path(dest)
@@ -156,12 +156,12 @@ def import_model(src: str | Path, dest: str | Path, precision: str = "fp16",
 def _open_source(src: Path, config_dir: Path | None) -> ModelSource:
     if src.is_dir():
         if config_dir is not None:
-            raise InputError("--config is for single-file checkpoints; a diffusers folder has its own configs")
+            raise InputError("--config is for single-file models; a diffusers folder has its own configs")
         source = open_diffusers(src)
     elif src.is_file():
         refuse_pickle(src)
         if src.suffix.lower() != ".safetensors":
-            raise ModelFileError(f"{src}: expected a .safetensors checkpoint or a diffusers model folder")
+            raise ModelFileError(f"{src}: expected a single-file .safetensors model or a diffusers model folder")
         source = open_sgm(src, config_dir)
     else:
         raise ModelFileError(f"{src}: no such file or folder")
@@ -338,21 +338,21 @@ def _write_weights(out: _Output, root: Path, state: _State, counter: _Counter, p
         f.write(header)
         hasher.update(header)
     with f:
-        since_checkpoint = 0
+        since_durable = 0
         for i in range(start, len(out.tensors)):
             name, src, quantize = out.tensors[i]
             written = _write_tensor(f, hasher, name, src, quantize, out.patch)
             counter.add(written)
-            since_checkpoint += written
-            if since_checkpoint >= CHECKPOINT_BYTES or i == len(out.tensors) - 1:
+            since_durable += written
+            if since_durable >= DURABLE_BYTES or i == len(out.tensors) - 1:
                 f.flush()
                 os.fsync(f.fileno())
                 done = i == len(out.tensors) - 1
                 state.set_file(out.path, {"bytes": f.tell(), "tensors": i + 1,
                                           "sha256": hasher.hexdigest() if done else None})
-                since_checkpoint = 0
+                since_durable = 0
             if progress is not None:
-                progress(Progress(out.path, name, i + 1, counter.done, counter.total))
+                progress(ImportProgress(out.path, name, i + 1, counter.done, counter.total))
 
 
 def _hash_prefix(f, n: int, hasher) -> None:
@@ -409,7 +409,7 @@ def _convert_rows(name: str, src: SourceTensor, r0: int, r1: int, quantize: bool
     peak = float(np.abs(w).max()) if w.size else 0.0
     if peak >= FP16_OVERFLOW:
         raise ModelFileError(f"{src.info.path}: tensor '{src.key}' has values up to {peak:g}, beyond fp16's "
-                             f"range ({FP16_MAX:g}); this checkpoint cannot be stored in fp16")
+                             f"range ({FP16_MAX:g}); this model cannot be stored in fp16")
     return kernels.f32_to_f16(w, np.empty(w.shape, dtype=np.uint16))
 
 
@@ -421,7 +421,7 @@ def _emit(f, hasher, array: np.ndarray) -> int:
 
 
 def _not_finite(src: SourceTensor) -> None:
-    raise ModelFileError(f"{src.info.path}: tensor '{src.key}' contains NaN or infinite values; the checkpoint is "
+    raise ModelFileError(f"{src.info.path}: tensor '{src.key}' contains NaN or infinite values; the model file is "
                          "damaged (or was saved from a diverged training run): get it again")
 
 

@@ -1,4 +1,4 @@
-"""Files slowframe supplies when a checkpoint comes without them: the two CLIP tokenizer
+"""Files slowframe supplies when a single-file model comes without them: the two CLIP tokenizer
 folders (from the CLIP vocabulary bundled in engine/data), SDXL base's scheduler config,
 and model_index.json. They are the ones stabilityai/stable-diffusion-xl-base-1.0 ships,
 so the folder also loads in diffusers as it is.

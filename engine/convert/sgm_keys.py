@@ -1,4 +1,4 @@
-"""Where each diffusers tensor of SDXL lives in an original (SGM) single-file checkpoint.
+"""Where each diffusers tensor of SDXL lives in an original (SGM) single-file model.
 
 SGM files (sd_xl_base_1.0.safetensors and most community fine-tunes) hold four models
 under four prefixes; the tables below name, for every diffusers tensor, the SGM key it

@@ -1,4 +1,4 @@
-"""A single-file SGM checkpoint (sd_xl_base_1.0.safetensors and its fine-tunes) as diffusers
+"""A single-file SGM model (sd_xl_base_1.0.safetensors and its fine-tunes) as diffusers
 components: what the file is, the configs its tensor shapes imply, and where each
 diffusers tensor lives in it (engine/convert/sgm_keys.py).
 
@@ -33,7 +33,7 @@ Shapes = dict[str, tuple[int, ...]]
 
 
 def open_sgm(path: Path, config_dir: Path | None = None) -> ModelSource:
-    """Read an SGM checkpoint's header and map every tensor; nothing else is read."""
+    """Read an SGM single-file model's header and map every tensor; nothing else is read."""
     check_unique_names(path)
     store = TensorStore([path])
     try:
@@ -82,7 +82,7 @@ def map_component(component: str, config: dict, store: TensorStore, path: Path,
         more = f" (and {len(leftover) - 1} more)" if len(leftover) > 1 else ""
         raise ModelFileError(f"{path}: unexpected tensor '{leftover[0]}'{more}: not part of an SDXL {component} "
                              "with the configuration the other tensors imply; the file is not a standard SDXL "
-                             "checkpoint")
+                             "model")
     result = ComponentSource(component, config, tensors, origin, [path])
     check_shapes(result, sgm_name)
     return result
@@ -125,7 +125,7 @@ SDXL_KEYS = {
 
 
 def identify(shapes: Shapes, path: Path) -> None:
-    """Accept an SDXL base-architecture checkpoint; otherwise say what the file is."""
+    """Accept an SDXL base-architecture single-file model; otherwise say what the file is."""
     names = list(shapes)
     has = lambda prefix: any(n.startswith(prefix) for n in names)  # noqa: E731
     if any(".lora_down." in n or ".lora_A." in n or n.startswith("lora_unet_") or ".hada_w1" in n for n in names):
@@ -145,7 +145,7 @@ def identify(shapes: Shapes, path: Path) -> None:
     elif has(UNET_PREFIX) and not has("conditioner.") and not has(VAE_PREFIX):
         kind = "an SDXL" if UNET_PREFIX + "label_emb.0.0.weight" in shapes else "a Stable Diffusion 1.x/2.x"
         found = (f"{kind} UNet alone (model.diffusion_model.*, no text encoders or VAE). slowframe imports whole "
-                 "checkpoints; get the full .safetensors of this model")
+                 "single-file models; get the full .safetensors of this model")
     elif "down_blocks.0.resnets.0.conv1.weight" in shapes or "conv_in.weight" in shapes:
         found = ("one component of a diffusers model (names like down_blocks.0...). Import the whole diffusers "
                  "folder instead: the one holding model_index.json")
@@ -157,10 +157,10 @@ def identify(shapes: Shapes, path: Path) -> None:
             return
         if len(missing) < len(SDXL_KEYS):
             raise ModelFileError(
-                f"{path}: an SDXL checkpoint without its {', '.join(missing)} (no '{SDXL_KEYS[missing[0]]}'). "
-                "slowframe needs the UNet, both text encoders and the VAE in one file; get the full checkpoint")
+                f"{path}: an SDXL single-file model without its {', '.join(missing)} (no '{SDXL_KEYS[missing[0]]}'). "
+                "slowframe needs the UNet, both text encoders and the VAE in one file; get the full single-file model")
         sample = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-        found = f"not a Stable Diffusion checkpoint slowframe knows ({len(names)} tensors: {sample})"
+        found = f"not a Stable Diffusion model slowframe knows ({len(names)} tensors: {sample})"
     raise ModelFileError(f"{path}: this is {found}. slowframe runs SDXL 1.0-architecture models (SDXL base, "
                          "SDXL-Turbo and their fine-tunes)")
 
@@ -206,7 +206,7 @@ def under(shapes: Shapes, prefix: str) -> Shapes:
 def _need(shapes: Shapes, key: str, prefix: str, path: Path, ndim: int | None = None) -> tuple[int, ...]:
     shape = shapes.get(key)
     if shape is None:
-        raise ModelFileError(f"{path}: tensor '{prefix}{key}' is missing; the checkpoint is incomplete or not "
+        raise ModelFileError(f"{path}: tensor '{prefix}{key}' is missing; the file is incomplete or not "
                              "SDXL-architecture")
     if ndim is not None and len(shape) != ndim:
         raise ModelFileError(f"{path}: tensor '{prefix}{key}' has shape {list(shape)}, expected {ndim} dimensions")

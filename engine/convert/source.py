@@ -68,7 +68,7 @@ class ComponentSource:
 class ModelSource:
     """Everything an import reads."""
 
-    kind: str                               # "sgm" (one checkpoint file) or "diffusers" (a folder)
+    kind: str                               # "sgm" (a single-file model) or "diffusers" (a folder)
     path: Path
     components: dict[str, ComponentSource]
     index_files: list[Path] = field(default_factory=list)  # read besides the components' (model_index.json)
@@ -103,7 +103,7 @@ def check_shapes(component: ComponentSource, source_name: dict[str, str] | None 
         tensor = component.tensors.get(name)
         if tensor is None:
             raise ModelFileError(f"{component.origin}: tensor {label(name)} is missing; the file is incomplete or "
-                                 "is not a standard SDXL checkpoint")
+                                 "is not a standard SDXL model")
         if tuple(tensor.shape) != tuple(shape):
             raise ModelFileError(f"{component.origin}: tensor {label(name)} has shape {list(tensor.shape)} but the "
                                  f"model's configuration implies {list(shape)}; the file mixes parts of different "

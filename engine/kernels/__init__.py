@@ -6,7 +6,7 @@ the dispatch ``<name>``: conversions, activations, norms, winograd, attention. T
 prototypes are in kernels.h, the build in build.py (with cbuild.py), and backend.py
 chooses between C and numpy (``SLOWFRAME_KERNELS``) for the engine and the dithering.
 
-The twins give the C kernels' bits (tests/test_kernels_*.py check it), so the choice
+The twins give the C kernels' bits (tests/engine/kernels/ check it), so the choice
 only changes speed; the fused attention alone is matched by the BLAS path in
 engine/ops.py to float32 rounding. All functions write into ``out`` (preallocated,
 C-contiguous, of the stated dtype) and return it. The C calls release the GIL, so

@@ -3,7 +3,7 @@ scores ever going to memory.
 
 Not elementwise, so unlike the other kernels it has no numpy twin of the same bits: its
 fallback is the BLAS path in engine/ops.py, which it matches to float32 rounding
-(tests/test_ops.py). ``c_attention_head`` and ``attention_work`` are None when the C
+(tests/engine/test_ops.py). ``c_attention_head`` and ``attention_work`` are None when the C
 kernels are not built; ``fused_attention(d)`` says whether engine.ops uses the kernel.
 """
 

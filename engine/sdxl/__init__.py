@@ -1,4 +1,4 @@
-"""Stable Diffusion XL on the streaming engine."""
+"""Stable Diffusion XL on the streaming engine: the pipeline, its text encoders, UNet and VAE decoder."""
 
 from engine.sdxl.conditioning import Conditioning, TextEncoders
 from engine.sdxl.pipeline import Pipeline, Result

@@ -1,4 +1,4 @@
-"""Conditionings saved on disk, so a resumed or repeated job skips the text encoders.
+"""Conditionings saved on disk, so a resumed or repeated run skips the text encoders.
 
 One .npz file per (model files, prompt, negative prompt, clip_skip, emphasis), named
 by a hash of all of them; the newest `max_entries` are kept. Files are written to a

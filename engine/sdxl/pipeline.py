@@ -9,7 +9,7 @@ Stages run one after another and each releases its weights before the next loads
 so peak memory is that of the largest stage. With a checkpoint folder, every UNet
 evaluation (each half of a split CFG step too) ends with a durable checkpoint of
 everything the rest of the run depends on: latents, sampler state, RNG state, the
-step and half-step. Calling `generate` again with the same job and folder resumes
+step and half-step. Calling `generate` again with the same settings and folder resumes
 from there and gives byte-identical latents and PNG (same machine, same threads).
 
 Randomness: numpy's PCG64 seeded with the 64-bit seed draws the initial noise
@@ -59,8 +59,8 @@ MAX_SEED = 2 ** 64 - 1
 
 
 @dataclass(frozen=True)
-class Job:
-    """Everything that decides the picture; a checkpoint resumes only the same job."""
+class RunSettings:
+    """Everything that decides the picture; a checkpoint resumes only a run with the same settings."""
 
     prompt: str
     negative_prompt: str | None
@@ -88,13 +88,13 @@ class Job:
 
 
 @dataclass
-class Progress:
+class StepProgress:
     """Reported after every UNet evaluation."""
 
     step: int                 # steps completed (0..steps)
     steps: int
-    evaluation: int           # UNet evaluations completed in this job
-    evaluations: int          # in the whole job
+    evaluation: int           # UNet evaluations completed in this run
+    evaluations: int          # in the whole run
     seconds_per_step: float   # measured in this process, None before the first step
     eta_seconds: float | None
     resumed_from: int | None
@@ -104,7 +104,7 @@ class Progress:
 class Result:
     image: Image.Image
     latents: np.ndarray       # the final latents, before VAE scaling, (1, 4, h/8, w/8)
-    metadata: dict = field(default_factory=dict)   # the job: what made this picture (goes into the PNG)
+    metadata: dict = field(default_factory=dict)   # the run settings: what made this picture (goes into the PNG)
     timings: dict = field(default_factory=dict)    # seconds per step, checkpoint seconds (not in the PNG)
     resumed_from: int | None = None
 
@@ -169,7 +169,7 @@ class Pipeline:
         if missing:
             raise ModelFileError(f"{root}: missing {', '.join(f'{c}/' for c in missing)} (each with a config.json); "
                                  "is this an SDXL model folder? `slowframe models import` makes one from a "
-                                 "single .safetensors checkpoint")
+                                 "single-file .safetensors model")
         resolve(preset, **overrides)   # bad options fail now, not after the text encoders ran
         loras = [(Path(path), float(weight)) for path, weight in loras]
         if loras:    # engine.convert is imported for LoRAs only: without them its code never loads
@@ -184,11 +184,11 @@ class Pipeline:
                  guidance: float | None = None, seed: int | None = None, width: int = 1024, height: int = 1024,
                  sampler: str = "euler", turbo: bool = False, init_noise: np.ndarray | None = None,
                  checkpoint_dir: str | Path | None = None, restart: bool = False,
-                 on_progress: Callable[[Progress], object] | None = None, cancel: threading.Event | None = None,
+                 on_progress: Callable[[StepProgress], object] | None = None, cancel: threading.Event | None = None,
                  tiled: bool = True) -> Result:
         """Generate one picture. `turbo` is the SDXL-Turbo mode (Euler ancestral, trailing
         spacing, no CFG; default 1 step). With `checkpoint_dir` the run checkpoints after
-        every UNet evaluation and resumes the same job from there; `restart` discards
+        every UNet evaluation and resumes a run with the same settings from there; `restart` discards
         what is there. Returning False from `on_progress`, or setting `cancel`, stops the
         run with Cancelled (within one op; the last checkpoint is kept)."""
         if turbo:
@@ -196,7 +196,7 @@ class Pipeline:
         steps = (1 if turbo else 20) if steps is None else steps
         guidance = (0.0 if turbo else 5.0) if guidance is None else guidance
         request = (prompt, negative_prompt, steps, sampler, turbo, width, height, guidance, init_noise)
-        self._job(0 if seed is None else seed, *request)   # refuse bad requests before touching checkpoints
+        self._settings(0 if seed is None else seed, *request)   # refuse bad requests before touching checkpoints
         store = CheckpointDir(checkpoint_dir, log=log.warning) if checkpoint_dir is not None else None
         if store is not None and restart:
             store.clear()
@@ -204,18 +204,18 @@ class Pipeline:
         latest = store.latest() if store is not None else None
         if seed is None:
             seed = latest.meta["job"].get("seed") if latest is not None else secrets.randbits(63)
-        job = self._job(seed, *request)
-        if latest is not None and latest.meta.get("job") != job.to_dict():
+        settings = self._settings(seed, *request)
+        if latest is not None and latest.meta.get("job") != settings.to_dict():
             raise InputError(f"{store.path} holds checkpoints of a different job ("
-                             + "; ".join(job.differences(latest.meta.get("job") or {}))
+                             + "; ".join(settings.differences(latest.meta.get("job") or {}))
                              + "). Use --restart (restart=True) to discard them and start this job over, "
                              "or choose another checkpoint folder.")
-        run = _Run(self, job, make_sampler(sampler, steps, self.schedule, turbo=turbo), store, on_progress, cancel)
+        run = _Run(self, settings, make_sampler(sampler, steps, self.schedule, turbo=turbo), store, on_progress, cancel)
         latents = run.sample(latest, init_noise)
         release_free_memory()        # each stage's peak, not the sum: the UNet is gone, the VAE comes
         image = self.decode(latents, tiled=tiled, cancel=cancel)
         timings = {"seconds_per_step": run.seconds_per_step(), "checkpoint_seconds": round(run.checkpoint_seconds, 4)}
-        return Result(image, latents, {**job.to_dict(), "model_name": self.root.name}, timings, run.resumed_from)
+        return Result(image, latents, {**settings.to_dict(), "model_name": self.root.name}, timings, run.resumed_from)
 
     def decode(self, latents: np.ndarray, tiled: bool = True, cancel: threading.Event | None = None) -> Image.Image:
         """Final latents (before VAE scaling) -> RGB picture, through the tiled VAE."""
@@ -226,13 +226,14 @@ class Pipeline:
             vae.cancel = cancel
             return vae.to_image(vae.decode(latents / np.float32(vae.scaling_factor), tiled=tiled))
 
-    def conditioning(self, job: Job, store: CheckpointDir | None, cancel: threading.Event | None) -> Conditioning:
+    def conditioning(self, settings: RunSettings, store: CheckpointDir | None,
+                     cancel: threading.Event | None) -> Conditioning:
         """The prompt's conditioning, kept beside the checkpoints so a resume skips the text encoders."""
         path = store.path / CONDITIONING_FILE if store is not None else None
         if path is not None and path.is_file():
             try:
                 saved = read_file(path)
-                if saved.meta.get("job") == job.to_dict():
+                if saved.meta.get("job") == settings.to_dict():
                     return Conditioning(**saved.arrays)
             except (CorruptCheckpoint, TypeError) as e:
                 log.warning("saved conditioning %s is unusable (%s); encoding the prompt again", path, e)
@@ -248,9 +249,9 @@ class Pipeline:
                 if loras:
                     from engine.convert.lora import attach_loras
                     attach_loras(model, component, loras)
-            cond = encoders.encode(job.prompt, job.negative_prompt)
+            cond = encoders.encode(settings.prompt, settings.negative_prompt)
         if path is not None:
-            write_file(path, {"job": job.to_dict()}, dataclasses.asdict(cond))
+            write_file(path, {"job": settings.to_dict()}, dataclasses.asdict(cond))
         return cond
 
     @contextlib.contextmanager
@@ -267,7 +268,8 @@ class Pipeline:
             for f in files:
                 f.close()
 
-    def _job(self, seed, prompt, negative_prompt, steps, sampler, turbo, width, height, guidance, init_noise) -> Job:
+    def _settings(self, seed, prompt, negative_prompt, steps, sampler, turbo, width, height, guidance,
+                  init_noise) -> RunSettings:
         if not isinstance(prompt, str):
             raise InputError(f"prompt must be text, got {type(prompt).__name__}")
         if negative_prompt is not None and not isinstance(negative_prompt, str):
@@ -290,18 +292,18 @@ class Pipeline:
                 raise InputError(f"init noise must be finite floats of shape {list(expected)} for {width}x{height}, "
                                  f"got {noise.dtype} {list(noise.shape)}")
             noise_hash = hashlib.sha256(np.ascontiguousarray(noise, dtype=np.float32).tobytes()).hexdigest()
-        return Job(prompt, negative_prompt, seed, steps, sampler, bool(turbo), width, height, float(guidance),
-                   self.model_id, self.preset, engine.__version__, noise_hash, self.lora_ids)
+        return RunSettings(prompt, negative_prompt, seed, steps, sampler, bool(turbo), width, height, float(guidance),
+                           self.model_id, self.preset, engine.__version__, noise_hash, self.lora_ids)
 
 
 class _Run:
-    """One job's sampling loop with its checkpoints."""
+    """One run's sampling loop with its checkpoints."""
 
-    def __init__(self, pipe: Pipeline, job: Job, sampler: Sampler, store: CheckpointDir | None,
-                 on_progress: Callable[[Progress], object] | None, cancel: threading.Event | None):
-        self.pipe, self.job, self.sampler, self.store = pipe, job, sampler, store
+    def __init__(self, pipe: Pipeline, settings: RunSettings, sampler: Sampler, store: CheckpointDir | None,
+                 on_progress: Callable[[StepProgress], object] | None, cancel: threading.Event | None):
+        self.pipe, self.settings, self.sampler, self.store = pipe, settings, sampler, store
         self.on_progress, self.cancel = on_progress, cancel
-        self.cfg = job.guidance > 1.0
+        self.cfg = settings.guidance > 1.0
         self.split = self.cfg and not pipe.options.cfg_batch
         self.resumed_from: int | None = None
         self.step_seconds: list[float] = []
@@ -313,9 +315,9 @@ class _Run:
         return round(sum(self.step_seconds) / len(self.step_seconds), 3) if self.step_seconds else None
 
     def sample(self, latest, init_noise: np.ndarray | None) -> np.ndarray:
-        job, sampler = self.job, self.sampler
-        rng = np.random.Generator(np.random.PCG64(job.seed))
-        shape = (1, 4, job.height // 8, job.width // 8)
+        settings, sampler = self.settings, self.sampler
+        rng = np.random.Generator(np.random.PCG64(settings.seed))
+        shape = (1, 4, settings.height // 8, settings.width // 8)
         if latest is not None:
             step, half = latest.meta["step"], latest.meta["half"]
             x = latest.arrays["latents"]
@@ -333,9 +335,9 @@ class _Run:
         if step >= sampler.steps:
             return x
         self._cancel_check()
-        cond = self.pipe.conditioning(job, self.store, self.cancel)
+        cond = self.pipe.conditioning(settings, self.store, self.cancel)
         release_free_memory()        # the text encoders are gone; the UNet comes
-        h, w = job.height, job.width
+        h, w = settings.height, settings.width
         time_ids = np.array([[h, w, 0, 0, h, w]], dtype=np.float32)
         with UNet.load(self.pipe.root / "unet", self.pipe.preset, **self.pipe.overrides) as unet, \
                 self.pipe._styles() as loras:
@@ -353,7 +355,7 @@ class _Run:
                     both = unet(np.concatenate([x_in, x_in]), t,
                                 np.concatenate([cond.negative_embeds, cond.prompt_embeds]),
                                 np.concatenate([cond.negative_pooled, cond.pooled]), np.repeat(time_ids, 2, 0))
-                    eps = guided(both[:1], both[1:], job.guidance)
+                    eps = guided(both[:1], both[1:], settings.guidance)
                 else:
                     # Split CFG: two batch-1 evaluations. Their order alternates with the step, so
                     # each step starts with the conditioning the last one ended with and a single
@@ -368,7 +370,7 @@ class _Run:
                         continue
                     eps_second = unet(x_in, t, *halves[1], time_ids)
                     uncond, positive = (eps_first, eps_second) if step % 2 == 0 else (eps_second, eps_first)
-                    eps = guided(uncond, positive, job.guidance)
+                    eps = guided(uncond, positive, settings.guidance)
                 x = sampler.step(step, x, eps, state, rng)
                 step, half, eps_first = step + 1, 0, None
                 self._evaluated(step, half, x, state, rng, None, time.perf_counter() - started)
@@ -382,7 +384,7 @@ class _Run:
             arrays = {"latents": x, **state.arrays()}
             if eps_first is not None:
                 arrays["eps_first"] = eps_first
-            self.store.save({"job": self.job.to_dict(), "step": step, "half": half,
+            self.store.save({"job": self.settings.to_dict(), "step": step, "half": half,
                              "rng": rng.bit_generator.state}, arrays)
             self.checkpoint_seconds += time.perf_counter() - started
         if self.split and half == 1:
@@ -393,7 +395,7 @@ class _Run:
         per_step = self.evaluations // self.sampler.steps
         done = step * per_step + half
         per_eval = sum(self.step_seconds) / len(self.step_seconds) / per_step if self.step_seconds else None
-        progress = Progress(step, self.sampler.steps, done, self.evaluations, self.seconds_per_step(),
+        progress = StepProgress(step, self.sampler.steps, done, self.evaluations, self.seconds_per_step(),
                             None if per_eval is None else round(per_eval * (self.evaluations - done), 1),
                             self.resumed_from)
         if self.on_progress is not None and self.on_progress(progress) is False:

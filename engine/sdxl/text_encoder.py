@@ -3,7 +3,7 @@ streamed from disk: SDXL's text_encoder (CLIP ViT-L) and text_encoder_2 (OpenCLI
 
 Read top to bottom: __call__ -> embeddings -> encoder layers (pre-LN, causal
 self-attention, MLP with quick_gelu or exact gelu) -> pooled output. Weight names are
-the checkpoint's: transformers 5 writes CLIPTextModel without the "text_model." prefix,
+the model files': transformers 5 writes CLIPTextModel without the "text_model." prefix,
 hub files and CLIPTextModelWithProjection have it; both are read as they are.
 
 Only the token-embedding rows a prompt uses are read (a few KB of the 49408-row table),

@@ -1,7 +1,7 @@
 """The SDXL UNet (diffusers UNet2DConditionModel, SDXL architecture), streamed from disk.
 
 Read top to bottom: __call__ -> time embedding -> down blocks -> mid -> up blocks ->
-output; each block a method; every weight named as in the checkpoint.
+output; each block a method; every weight named as in the model files.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from engine.errors import InputError
 from engine.model import StreamedModel
 from engine.options import Options, resolve
 from engine.sdxl.unet_config import UNetConfig, param_shapes, parse_config
-from engine.sources import Concat, Dense, Source, Upsampled, store
+from engine.bands import Concat, Dense, BandedImage, Upsampled, store
 from engine.weights import Group, TensorStore, read_config
 
 TRANSFORMER_NORM_EPS = 1e-6
@@ -77,7 +77,7 @@ class UNet(StreamedModel):
         out = self.group_norm("conv_norm_out", Dense(_take(h)), cfg.groups, cfg.norm_eps, silu=True)
         return self.conv("conv_out", out)
 
-    def down_block(self, i: int, h: Hidden, emb: np.ndarray, ctx: np.ndarray, skips: list[Source]) -> np.ndarray:
+    def down_block(self, i: int, h: Hidden, emb: np.ndarray, ctx: np.ndarray, skips: list[BandedImage]) -> np.ndarray:
         """DownBlock2D / CrossAttnDownBlock2D; appends each output to `skips`."""
         h = _take(h)
         self._retain_at(h)
@@ -101,7 +101,7 @@ class UNet(StreamedModel):
         h = self.transformer("mid_block.attentions.0", h, ctx, cfg.mid_depth, cfg.mid_heads)
         return self.resnet("mid_block.resnets.1", Dense(h), emb)
 
-    def up_block(self, i: int, h: Hidden, emb: np.ndarray, ctx: np.ndarray, skips: list[Source]) -> np.ndarray:
+    def up_block(self, i: int, h: Hidden, emb: np.ndarray, ctx: np.ndarray, skips: list[BandedImage]) -> np.ndarray:
         """UpBlock2D / CrossAttnUpBlock2D; pops its skips (hidden state first in each concat)."""
         h = _take(h)
         self._retain_at(h)
@@ -130,7 +130,7 @@ class UNet(StreamedModel):
         emb += self.linear("add_embedding.linear_2", ops.silu(self.linear("add_embedding.linear_1", add)))
         return emb
 
-    def resnet(self, p: str, x: Source, emb: np.ndarray) -> np.ndarray:
+    def resnet(self, p: str, x: BandedImage, emb: np.ndarray) -> np.ndarray:
         """ResnetBlock2D: conv2(silu(GN2(conv1(silu(GN1(x))) + proj(emb)))) + shortcut(x)."""
         cfg = self.config
         h = self.conv(f"{p}.conv1", self.group_norm(f"{p}.norm1", x, cfg.groups, cfg.norm_eps, silu=True))
@@ -173,7 +173,7 @@ class UNet(StreamedModel):
         k, v = self.cross_kv(p, ctx)
         return self.linear(f"{p}.to_out.0", self.attention(p, q, k, v, heads))
 
-    def keep(self, h: np.ndarray) -> Source:
+    def keep(self, h: np.ndarray) -> BandedImage:
         """A skip connection, stored as the options say until its up block uses it."""
         return Dense(h) if self.planning else store(h, self.options.skip_dtype)
 

@@ -2,7 +2,7 @@
 
 Read top to bottom: decode -> forward (post_quant_conv, conv_in, mid block, the up
 blocks' resnets and upsamplers, GroupNorm, SiLU, conv_out); each block a method;
-every weight named as in the checkpoint. Compute is fp32 whatever the weights are
+every weight named as in the model files. Compute is fp32 whatever the weights are
 stored in (the decoder overflows fp16 arithmetic).
 
 Tiled decoding (engine/sdxl/tiles.py) decodes one tile of one picture at a time and
@@ -22,7 +22,7 @@ from engine.model import StreamedModel
 from engine.options import Options, resolve
 from engine.sdxl.tiles import Tiling
 from engine.sdxl.vae_config import ATTENTION, VAEConfig, attention_names, param_shapes, parse_config
-from engine.sources import Dense, Upsampled
+from engine.bands import Dense, Upsampled
 from engine.weights import TensorStore, read_config
 
 NORM_EPS = 1e-6   # every GroupNorm of the VAE
@@ -133,12 +133,12 @@ class VAEDecoder(StreamedModel):
     def resnet(self, p: str, x: np.ndarray) -> np.ndarray:
         """ResnetBlock2D without a time embedding: conv2(silu(GN2(conv1(silu(GN1(x)))))) + shortcut(x)."""
         cfg = self.config
-        src = Dense(x)
-        h = self.conv(f"{p}.conv1", self.group_norm(f"{p}.norm1", src, cfg.groups, NORM_EPS, silu=True))
+        image = Dense(x)
+        h = self.conv(f"{p}.conv1", self.group_norm(f"{p}.norm1", image, cfg.groups, NORM_EPS, silu=True))
         out = self.conv(f"{p}.conv2", self.group_norm(f"{p}.norm2", Dense(h), cfg.groups, NORM_EPS, silu=True))
         del h
         if x.shape[1] != out.shape[1]:
-            return self.conv(f"{p}.conv_shortcut", src, out=out)
+            return self.conv(f"{p}.conv_shortcut", image, out=out)
         out += x
         return out
 

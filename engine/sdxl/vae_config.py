@@ -90,7 +90,7 @@ def parse_config(config: dict, where: str | Path = "config.json") -> VAEConfig:
 
 
 def attention_names(has: Callable[[str], bool]) -> dict[str, str]:
-    """Checkpoint names of the mid attention's q/k/v/out projections, in whichever spelling
+    """Tensor names of the mid attention's q/k/v/out projections, in whichever spelling
     the file uses (`has(name)` says whether a tensor exists); the current one if neither."""
     for spelling in ATTENTION_SPELLINGS:
         if has(f"{ATTENTION}.{spelling['q']}.weight"):
@@ -115,7 +115,7 @@ def add_resnet(shapes: dict[str, tuple[int, ...]], p: str, cin: int, cout: int) 
 
 
 def param_shapes(cfg: VAEConfig, attention: dict[str, str]) -> dict[str, tuple[int, ...]]:
-    """Every tensor the decoder reads, with its shape, as the checkpoint names them."""
+    """Every tensor the decoder reads, with its shape, as the model files name them."""
     shapes: dict[str, tuple[int, ...]] = {}
 
     def add(name: str, *shape: int) -> None:

@@ -126,7 +126,7 @@ def save_npy(path: str, array: np.ndarray) -> None:
 
 
 class ProgressBar:
-    """step k/n, a bar, seconds per step and the time left, redrawn in place on a terminal."""
+    """Each StepProgress as step k/n, a bar, seconds per step and the time left, redrawn in place on a terminal."""
 
     def __init__(self, stream=sys.stderr, width: int = 24):
         self.stream, self.width = stream, width
@@ -150,6 +150,8 @@ class ProgressBar:
 
 
 class JsonProgress:
+    """Each StepProgress as one JSON object per line on stdout."""
+
     def __call__(self, p) -> None:
         print(json.dumps({"event": "progress", "step": p.step, "steps": p.steps, "evaluation": p.evaluation,
                           "evaluations": p.evaluations, "seconds_per_step": p.seconds_per_step,

@@ -22,12 +22,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     quantize.set_defaults(func=cmd_quantize)
 
     imp = models_sub.add_parser(
-        "import", help="make a model folder from a diffusers folder or a single .safetensors SDXL checkpoint",
+        "import", help="make a model folder from a diffusers folder or a single-file .safetensors SDXL model",
         description="Convert an SDXL model into the folder slowframe runs, tensor by tensor in a few hundred MB "
                     "(fine on the Pi itself). SRC is a diffusers folder (model_index.json, unet/, ...) or one "
-                    ".safetensors checkpoint as model sites offer them (sd_xl_base_1.0.safetensors and its "
+                    "single-file .safetensors model as model sites offer them (sd_xl_base_1.0.safetensors and its "
                     "fine-tunes). An interrupted import resumes when the same command is run again.")
-    imp.add_argument("src", help="diffusers model folder, or single-file .safetensors checkpoint")
+    imp.add_argument("src", help="diffusers model folder, or single-file .safetensors model")
     imp.add_argument("dest", help="the model folder to create (must not exist)")
     imp.add_argument("--precision", choices=PRECISIONS, default="fp16",
                      help="fp16 (default), or uint8: the UNet as uint8 with a scale per output channel, "
@@ -37,7 +37,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           "repeat for several")
     imp.add_argument("--vae", metavar="FILE_OR_DIR", help="use this VAE instead of the model's own (a diffusers "
                      "vae/ folder or a .safetensors VAE, e.g. sdxl-vae-fp16-fix)")
-    imp.add_argument("--config", metavar="DIR", help="for a single-file checkpoint whose architecture differs from "
+    imp.add_argument("--config", metavar="DIR", help="for a single-file model whose architecture differs from "
                      "SDXL's conventions: a diffusers folder whose config files describe it")
     imp.set_defaults(func=cmd_import)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from frame.display.base import Display, Frame
+from frame.display.base import Display, DitheredPicture
 from frame.display.config import DisplayConfig
 from frame.display.dither import DEFAULT_METHOD, METHODS, DitherSettings
 from frame.display.errors import DisplayError, PanelBusyError
@@ -34,8 +34,8 @@ from frame.display.panels import PANELS, Panel, get_panel
 from frame.display.text import caption_height
 
 __all__ = [
-    "DEFAULT_METHOD", "METHODS", "PANELS", "Display", "DisplayConfig", "DisplayError", "DitherSettings", "Frame",
-    "Palette", "Panel", "PanelBusyError", "fit_picture", "fit_size", "get_panel", "open_display",
+    "DEFAULT_METHOD", "METHODS", "PANELS", "Display", "DisplayConfig", "DisplayError", "DitheredPicture",
+    "DitherSettings", "Palette", "Panel", "PanelBusyError", "fit_picture", "fit_size", "get_panel", "open_display",
 ]
 
 

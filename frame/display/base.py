@@ -1,4 +1,4 @@
-"""What every display does: fit, caption, dither, orient, then refresh one at a time.
+"""The Display every backend extends (fit, caption, dither, orient, refresh one at a time) and its DitheredPicture.
 
 A backend only implements ``_refresh(indices)``: put (panel_height, panel_width) ink
 indices, native orientation and order, on the panel, raising PanelBusyError when the
@@ -29,7 +29,7 @@ log = logging.getLogger("slowframe.display")
 
 
 @dataclass(frozen=True)
-class Frame:
+class DitheredPicture:
     """One dithered picture: ink indices as the viewer sees them, and as the panel gets them."""
 
     indices: np.ndarray         # (height, width) in the viewer's orientation
@@ -92,14 +92,14 @@ class Display:
             return [picture, caption_strip(caption, w, strip)]
         return [fit_picture(image, (w, h), self.config.fit, self.config.crop)]
 
-    def render(self, image: Image.Image, caption: str | None = None) -> Frame:
+    def render(self, image: Image.Image, caption: str | None = None) -> DitheredPicture:
         """Fit, caption and dither a picture without touching the panel.
 
         The picture and the caption strip are dithered apart, so no error from the picture
         spills into the text.
         """
         indices = np.vstack([dither(part, self.palette, self.settings) for part in self.compose(image, caption)])
-        return Frame(indices, self._to_panel(indices), self.palette)
+        return DitheredPicture(indices, self._to_panel(indices), self.palette)
 
     def _to_panel(self, indices: np.ndarray) -> np.ndarray:
         out = indices
@@ -121,27 +121,27 @@ class Display:
             return 0.0
         return max(0.0, self._last_end + self.config.min_interval - self._clock())
 
-    def show(self, image: Image.Image, caption: str | None = None) -> Frame:
+    def show(self, image: Image.Image, caption: str | None = None) -> DitheredPicture:
         """Put a picture on the panel (blocks for the whole refresh, 30-45 s on real panels).
 
         ``caption`` (e.g. the prompt) is drawn under the picture when the config's
-        ``caption`` is on. Returns the Frame that was shown.
+        ``caption`` is on. Returns the DitheredPicture that was shown.
         """
-        frame = self.render(image, caption)
-        self.refresh(frame)
-        return frame
+        picture = self.render(image, caption)
+        self.refresh(picture)
+        return picture
 
-    def show_error(self, text: str, title: str = "slowframe could not make a picture") -> Frame:
+    def show_error(self, text: str, title: str = "slowframe could not make a picture") -> DitheredPicture:
         """Put an error screen with ``text`` on the panel (e.g. when generation keeps failing)."""
         stamp = time.strftime("%Y-%m-%d %H:%M")
         screen = error_screen(text, self.size, title=title, footer=f"{stamp} - details: journalctl -u slowframe")
         indices = dither(screen, self.palette, self.settings)
-        frame = Frame(indices, self._to_panel(indices), self.palette)
-        self.refresh(frame)
-        return frame
+        picture = DitheredPicture(indices, self._to_panel(indices), self.palette)
+        self.refresh(picture)
+        return picture
 
-    def refresh(self, frame: Frame) -> None:
-        """Send a rendered Frame to the panel: serialised, rate-limited, busy timeouts retried."""
+    def refresh(self, picture: DitheredPicture) -> None:
+        """Send a rendered picture to the panel: serialised, rate-limited, busy timeouts retried."""
         with self._lock:
             wait = self.seconds_until_ready()
             if wait > 0:
@@ -150,7 +150,7 @@ class Display:
             attempts = self.config.busy_retries + 1
             for attempt in range(1, attempts + 1):
                 try:
-                    self._refresh(frame.panel_indices)
+                    self._refresh(picture.panel_indices)
                     break
                 except PanelBusyError as exc:
                     log.warning("refresh %d of %d: %s", attempt, attempts, exc)

@@ -7,7 +7,7 @@ an RGB picture: Pillow's Floyd-Steinberg in sRGB against
 saturation * SATURATED_PALETTE + (1 - saturation) * DESATURATED_PALETTE. (inky 2.6's
 7-colour drivers were written for an older Pillow: with Pillow 13 (here) their set_image of
 an RGB picture raises "empty palette", as the palette never reaches Pillow's core; these
-are the indices they give where it does, see tests/test_dither_quality.py.)
+are the indices they give where it does, see tests/frame/display/test_quality.py.)
 """
 
 from __future__ import annotations

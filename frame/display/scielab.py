@@ -4,7 +4,7 @@ Zhang & Wandell's spatial extension of CIELAB: both pictures go to an opponent c
 space, each channel is blurred the way the eye blurs it at the given pixels per degree
 of visual angle, and the blurred pictures are compared pixel by pixel with CIEDE2000.
 A dithered picture that the eye averages back into the original scores near 0; flat
-areas reduce to plain dE2000. Used to judge dithering (tests/test_dither_quality.py,
+areas reduce to plain dE2000. Used to judge dithering (tests/frame/display/test_quality.py,
 bench/dither.py).
 
 Pixels per degree for a panel of width W metres and N pixels seen from d metres:

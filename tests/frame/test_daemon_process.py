@@ -11,29 +11,23 @@ import os
 import queue
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from daemon_processes import ENV, Daemon
 from frame.cli import main
 from frame.control import request
 from frame.jobs import Job
-from frame.worker import ChildRunner, Failed, Finished, Progress
+from frame.worker import ChildRunner, Failed, Finished, JobProgress
 from frame_fakes import FakePipeline, calls, write_fake_model
-
-TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")])}
 
 
 def make_job(model: Path, preset: str = "rpi", steps: int = 6, **changes) -> Job:
-    fields = dict(id="20250301-060000-abcdef", theme="sea", prompt="a calm sea", negative="", seed=1234, steps=steps,
-                  guidance=7.0, sampler="euler", width=64, height=48, model=str(model), preset=preset)
+    fields = dict(id="20250301-060000-abcdef", theme="sea", prompt="a calm sea", negative_prompt="", seed=1234,
+                  steps=steps, guidance=7.0, sampler="euler", width=64, height=48, model=str(model), preset=preset)
     return Job(**{**fields, **changes})
 
 
@@ -59,7 +53,7 @@ def run_worker(job: Job, folder: Path, stop_after: int | None = None, timeout: f
     while time.monotonic() < deadline:
         event = events.get(timeout=timeout)
         seen.append(event)
-        if isinstance(event, Progress) and stop_after is not None and event.step >= stop_after:
+        if isinstance(event, JobProgress) and stop_after is not None and event.step >= stop_after:
             runner.stop()
         if isinstance(event, (Finished, Failed)):
             return seen
@@ -70,7 +64,7 @@ def test_worker_reports_progress_and_writes_the_picture(tmp_path):
     model = write_fake_model(tmp_path / "model")
     job = make_job(model)
     events = run_worker(job, tmp_path / "job")
-    assert [e.step for e in events if isinstance(e, Progress)] == [1, 2, 3, 4, 5, 6]
+    assert [e.step for e in events if isinstance(e, JobProgress)] == [1, 2, 3, 4, 5, 6]
     done = events[-1]
     assert isinstance(done, Finished) and done.output == tmp_path / "job" / "result.png"
     assert done.metadata == {"prompt": "a calm sea", "seed": 1234, "model": "fake"}
@@ -87,7 +81,7 @@ def test_stopped_worker_keeps_its_checkpoint_and_resumes_to_the_same_picture(tmp
     assert isinstance(second[-1], Finished)
     resumed = [c for c in calls(model) if c["event"] == "start"][-1]["resumed_from"]
     assert resumed >= 3
-    assert [e.step for e in second if isinstance(e, Progress)][0] == resumed + 1
+    assert [e.step for e in second if isinstance(e, JobProgress)][0] == resumed + 1
     assert calls(model)[-1]["state"] == uninterrupted_state(job)
 
 
@@ -111,7 +105,7 @@ def test_worker_runs_at_low_priority(tmp_path):
     (tmp_path / "job" / "checkpoints").mkdir(parents=True)
     runner.start(make_job(model, steps=4), tmp_path / "job" / "checkpoints", tmp_path / "job" / "r.png",
                  tmp_path / "job" / "lock")
-    assert isinstance(events.get(timeout=30), Progress)
+    assert isinstance(events.get(timeout=30), JobProgress)
     pid = runner._proc.pid
     assert os.getpriority(os.PRIO_PROCESS, pid) == 19
     assert Path(f"/proc/{pid}/oom_score_adj").read_text().strip() == "1000"
@@ -119,52 +113,6 @@ def test_worker_runs_at_low_priority(tmp_path):
 
 
 # ---------------------------------------------------------------- the whole daemon
-
-class Daemon:
-    """`python -m frame.cli run` in a temporary folder, with a notify socket and the fake generator."""
-
-    def __init__(self, root: Path, config: str, watchdog_usec: int | None = None,
-                 generator: str = "frame_fakes:load_fake"):
-        self.root = root
-        self.notify_path = root / "notify.sock"
-        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.notify.bind(str(self.notify_path))
-        self.notify.settimeout(0.2)
-        (root / "frame.yaml").write_text(config)
-        self.messages: list[str] = []
-        self.log = open(root / "daemon.log", "ab")
-        env = {**ENV, "NOTIFY_SOCKET": str(self.notify_path)}
-        if watchdog_usec:
-            env["WATCHDOG_USEC"] = str(watchdog_usec)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "frame.cli", "run", "--config", str(root / "frame.yaml"),
-             "--state-dir", str(root / "state"), "--runtime-dir", str(root / "run"),
-             "--generator", generator], env=env, stdout=self.log, stderr=self.log, cwd=root)
-
-    def wait_for(self, predicate, what: str, timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                message = self.notify.recv(4096).decode()
-            except TimeoutError:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            self.messages.append(message)
-            if predicate(message):
-                return message
-        raise AssertionError(f"no {what} within {timeout} s; messages {self.messages[-8:]}; log:\n{self.logtext()}")
-
-    def logtext(self) -> str:
-        return (self.root / "daemon.log").read_text(errors="replace")[-4000:]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.notify.close()
-        self.log.close()
-
 
 CONFIG = """\
 model: {path: model, preset: rpi}

@@ -8,8 +8,8 @@ from PIL import Image
 
 from frame.history import History, parameters_text
 
-RECORD = {"theme": "sea", "prompt": "a calm sea", "negative": "text", "seed": 42, "steps": 20, "sampler": "euler",
-          "guidance": 7.0, "width": 64, "height": 48, "model": "/models/sdxl", "preset": "rpi-lowmem"}
+RECORD = {"theme": "sea", "prompt": "a calm sea", "negative_prompt": "text", "seed": 42, "steps": 20,
+          "sampler": "euler", "guidance": 7.0, "width": 64, "height": 48, "model": "/models/sdxl", "preset": "rpi-lowmem"}
 
 
 def picture(value: int = 100, size=(64, 48)) -> Image.Image:

@@ -12,7 +12,7 @@ from conftest import pcc
 from engine import ops
 from engine.model import StreamedModel
 from engine.sdxl import UNet
-from engine.sources import Dense
+from engine.bands import Dense
 
 CONFIGS = ["tiny", "wide-heads", "deep"]
 

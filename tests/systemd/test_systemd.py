@@ -26,7 +26,7 @@ from frame.display.config import DisplayConfig
 from frame.paths import DEFAULT_MODEL_PATH, SEARCH_PATH, default_runtime_dir, default_state_dir
 from frame.worker import _IOPRIO_SET, ChildRunner
 
-SYSTEMD = Path(__file__).resolve().parent.parent / "systemd"
+SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"
 UNIT = SYSTEMD / "slowframe.service"
 MAX_EXPOSURE = 2.0
 REFRESH_SECONDS = 45          # one refresh of the slowest Inky panel (its BUSY wait), measured by Pimoroni
@@ -225,7 +225,7 @@ def _expand(item: str) -> set[str]:
 def test_only_local_sockets(unit):
     assert one(unit, "Service.RestrictAddressFamilies") == "AF_UNIX"   # sd_notify, the control socket, journal
     assert one(unit, "Service.PrivateNetwork") == "yes"
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     for source in [*root.glob("frame/**/*.py"), *root.glob("engine/**/*.py")]:
         text = source.read_text()
         assert not re.search(r"AF_INET|create_connection|urlopen|import (?:requests|http)", text), source

@@ -12,7 +12,7 @@ from diffusers.models.embeddings import get_timestep_embedding
 
 from conftest import pcc
 from engine import blas, kernels, ops, parallel
-from engine.sources import Compact, Concat, Dense, Normalized, Upsampled, nearest_index
+from engine.bands import Compact, Concat, Dense, Normalized, Upsampled, nearest_index
 
 rng = np.random.default_rng(1)
 
@@ -99,13 +99,13 @@ def test_bands_too_small_for_all_channels_rows_fill_each_channel_block_and_stay_
     monkeypatch.setattr(kernels, "wino_weights", lambda *a: calls.append(a) or transform(*a))
     a, s = randn(1, 20, 8, 8), randn(1, 28, 16, 16, scale=2.0)
     gamma, beta = randn(48), randn(48)
-    src = Normalized(Concat(Upsampled(Dense(a), (16, 16)), Compact(s, "uint8")), gamma, beta, groups=8, eps=1e-5,
-                     silu=True)
+    image = Normalized(Concat(Upsampled(Dense(a), (16, 16)), Compact(s, "uint8")), gamma, beta, groups=8, eps=1e-5,
+                       silu=True)
     wt, b = randn(24, 48, 3, 3, scale=0.1), randn(24)
     band_bytes = 20_000   # < the 34,560 bytes of 48 channels' padded rows for 32 tiles
     ty, block = ops._winograd_plan(48, 16, 16, band_bytes)
     assert ty == 4 and block < 48 and not ops._winograd_fills_whole_band(48, ty, 16, band_bytes)
-    got = ops.conv2d(src, wt, b, 1, band_bytes, threads=1)
+    got = ops.conv2d(image, wt, b, 1, band_bytes, threads=1)
     assert len(calls) == 3            # 3 pieces of 8 output channels, 2 bands of 4 tile rows
     ref_in = torch.cat([F.interpolate(torch.from_numpy(a), size=(16, 16), mode="nearest"),
                         torch.from_numpy(Compact(s, "uint8").dense())], 1)
@@ -114,15 +114,15 @@ def test_bands_too_small_for_all_channels_rows_fill_each_channel_block_and_stay_
 
 
 @pytest.mark.parametrize("c0,c1", [(0, 48), (0, 5), (17, 20), (19, 31), (40, 48)])
-def test_sources_fill_any_range_of_channels(c0, c1):
+def test_banded_images_fill_any_range_of_channels(c0, c1):
     a, s = randn(2, 20, 4, 5), randn(2, 28, 8, 10)
-    src = Normalized(Concat(Upsampled(Dense(a), (8, 10)), Compact(s, "fp16")), randn(48), randn(48), groups=8,
-                     eps=1e-5, silu=True)
-    whole = src.dense()
+    image = Normalized(Concat(Upsampled(Dense(a), (8, 10)), Compact(s, "fp16")), randn(48), randn(48), groups=8,
+                       eps=1e-5, silu=True)
+    whole = image.dense()
     out = np.empty((c1 - c0, 3, 10), dtype=np.float32)
-    src.fill(1, 2, 5, out, c0)
+    image.fill(1, 2, 5, out, c0)
     assert np.array_equal(out, whole[1, c0:c1, 2:5])
-    assert np.array_equal(src.rows(1, 2, 5, c0, c1), whole[1, c0:c1, 2:5])
+    assert np.array_equal(image.rows(1, 2, 5, c0, c1), whole[1, c0:c1, 2:5])
 
 
 def test_conv2d_accumulates_into_out(conv_path):
@@ -137,33 +137,33 @@ def test_conv2d_accumulates_into_out(conv_path):
 def test_conv2d_of_a_normalised_concatenation_in_bands_matches_torch(conv_path):
     a, s = randn(2, 24, 11, 13), randn(2, 8, 11, 13, scale=2.0)
     gamma, beta = randn(32), randn(32)
-    src = Normalized(Concat(Dense(a), Compact(s, "fp16")), gamma, beta, groups=8, eps=1e-5, silu=True)
+    image = Normalized(Concat(Dense(a), Compact(s, "fp16")), gamma, beta, groups=8, eps=1e-5, silu=True)
     wt, b = randn(16, 32, 3, 3, scale=0.1), randn(16)
     ref_in = F.silu(F.group_norm(torch.cat([torch.from_numpy(a), torch.from_numpy(Compact(s, "fp16").dense())], 1),
                                  8, torch.from_numpy(gamma), torch.from_numpy(beta), 1e-5))
-    close(ops.conv2d(src, wt, b, 1, 4 * 32 * 15 * 3), F.conv2d(ref_in, torch.from_numpy(wt), torch.from_numpy(b), 1, 1),
-          tol=1e-4)
+    close(ops.conv2d(image, wt, b, 1, 4 * 32 * 15 * 3),
+          F.conv2d(ref_in, torch.from_numpy(wt), torch.from_numpy(b), 1, 1), tol=1e-4)
 
 
-def test_groupnorm_silu_source_matches_torch_even_with_a_large_mean():
+def test_groupnorm_silu_banded_image_matches_torch_even_with_a_large_mean():
     x = randn(2, 64, 10, 12) + 50.0          # mean >> std: naive E[x^2]-E[x]^2 would lose it
     gamma, beta = randn(64), randn(64)
-    src = Normalized(Dense(x), gamma, beta, groups=32, eps=1e-5, silu=True)
+    image = Normalized(Dense(x), gamma, beta, groups=32, eps=1e-5, silu=True)
     expected = F.silu(F.group_norm(torch.from_numpy(x), 32, torch.from_numpy(gamma), torch.from_numpy(beta), 1e-5))
-    close(src.dense(), expected, tol=1e-4)
-    close(src.rows(1, 3, 7), expected[1, :, 3:7], tol=1e-4)
+    close(image.dense(), expected, tol=1e-4)
+    close(image.rows(1, 3, 7), expected[1, :, 3:7], tol=1e-4)
 
 
 def test_groupnorm_over_a_concatenation_whose_groups_straddle_the_parts():
     a, b = randn(1, 40, 8, 8), randn(1, 24, 8, 8, scale=3.0)    # 64 channels, 32 groups of 2; ...
     gamma, beta = randn(64), randn(64)
-    src = Normalized(Concat(Dense(a), Dense(b)), gamma, beta, groups=16, eps=1e-6, silu=False)  # groups of 4
+    image = Normalized(Concat(Dense(a), Dense(b)), gamma, beta, groups=16, eps=1e-6, silu=False)  # groups of 4
     cat = torch.cat([torch.from_numpy(a), torch.from_numpy(b)], 1)
-    close(src.dense(), F.group_norm(cat, 16, torch.from_numpy(gamma), torch.from_numpy(beta), 1e-6), tol=1e-4)
+    close(image.dense(), F.group_norm(cat, 16, torch.from_numpy(gamma), torch.from_numpy(beta), 1e-6), tol=1e-4)
 
 
 @pytest.mark.parametrize("size", [(16, 20), (15, 9), (7, 3)])
-def test_upsampled_source_matches_torch_nearest(size):
+def test_upsampled_banded_image_matches_torch_nearest(size):
     x = randn(2, 3, (size[0] + 1) // 2, (size[1] + 1) // 2)
     got = Upsampled(Dense(x), size).dense()
     expected = F.interpolate(torch.from_numpy(x), size=size, mode="nearest")
@@ -171,14 +171,14 @@ def test_upsampled_source_matches_torch_nearest(size):
     assert np.array_equal(nearest_index(5, 10), np.repeat(np.arange(5), 2))
 
 
-def test_compact_fp16_source_is_the_fp16_rounding():
+def test_compact_fp16_banded_image_is_the_fp16_rounding():
     x = randn(2, 5, 7, 9)
     got = Compact(x, "fp16").dense()
     assert np.array_equal(got, x.astype(np.float16).astype(np.float32))
     assert Compact(x, "fp16").nbytes == x.nbytes // 2
 
 
-def test_compact_uint8_source_clips_to_percentiles_and_keeps_zero_exact():
+def test_compact_uint8_banded_image_clips_to_percentiles_and_keeps_zero_exact():
     x = randn(1, 16, 32, 32)
     x[0, 0, 0, :4] = [40.0, -40.0, 0.0, 0.0]  # outliers beyond the 0.1/99.9 percentiles
     c = Compact(x, "uint8")
@@ -361,12 +361,12 @@ def test_attention_bands_hold_at_least_min_score_bytes(monkeypatch):
 def test_elementwise_ops_split_over_threads_give_the_same_bits_as_one_thread(threads, monkeypatch, conv_path):
     monkeypatch.setattr(parallel, "PARALLEL_MIN_ELEMENTS", 64)   # split even these small arrays
     x = randn(2, 12, 9, 11)
-    src = Normalized(Concat(Dense(x[:, :8]), Compact(x[:, 8:], "fp16")), randn(12), randn(12), 4, 1e-5, True)
+    image = Normalized(Concat(Dense(x[:, :8]), Compact(x[:, 8:], "fp16")), randn(12), randn(12), 4, 1e-5, True)
     wt = randn(10, 12, 3, 3, scale=0.1)
     for k, stride in ((3, 1), (3, 2), (1, 1)):
         w = wt[:, :, :k, :k]
-        one = ops.conv2d(src, w, None, stride, 3000, threads=1)
-        assert np.array_equal(ops.conv2d(src, w, None, stride, 3000, threads=threads), one)
+        one = ops.conv2d(image, w, None, stride, 3000, threads=1)
+        assert np.array_equal(ops.conv2d(image, w, None, stride, 3000, threads=threads), one)
     t = randn(37, 48)
     g, b = randn(48), randn(48)
     assert np.array_equal(ops.layer_norm(t, g, b, threads=threads), ops.layer_norm(t, g, b, threads=1))

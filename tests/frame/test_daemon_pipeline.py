@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from daemon_processes import Daemon
 from engine.sdxl import Pipeline
-from test_daemon_process import Daemon
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,9 @@
-"""Images a convolution reads in bands of rows, so big inputs are never copied whole.
+"""Banded images: what a convolution reads, a band of rows at a time, so big inputs are never copied whole.
 
-A Source is a (B, C, H, W) float32 image that can produce any band of rows of one
-batch item. Besides plain arrays, sources can be compact (fp16 or uint8 storage,
+A BandedImage is a (B, C, H, W) float32 image that can produce any band of rows of one
+batch item. Besides plain arrays, banded images can be compact (fp16 or uint8 storage,
 expanded per band), a channel concatenation (the UNet's skip joins), a nearest
-upsampling, or a GroupNorm(+SiLU) of another source: the normalised, upsampled or
+upsampling, or a GroupNorm(+SiLU) of another banded image: the normalised, upsampled or
 concatenated image then exists only one band at a time, inside the next conv.
 """
 
@@ -17,7 +17,9 @@ from engine.parallel import in_parallel
 PERCENTILE_SAMPLES = 1 << 20
 
 
-class Source:
+class BandedImage:
+    """A (B, C, H, W) float32 image read a band of rows at a time."""
+
     shape: tuple[int, int, int, int]
 
     def fill(self, b: int, y0: int, y1: int, out: np.ndarray, c0: int = 0) -> None:
@@ -51,7 +53,7 @@ class Source:
         return out
 
 
-class Dense(Source):
+class Dense(BandedImage):
     """A plain float32 array."""
 
     def __init__(self, x: np.ndarray):
@@ -71,7 +73,7 @@ class Dense(Source):
         return self.x
 
 
-class Compact(Source):
+class Compact(BandedImage):
     """An activation kept as fp16 or dynamically quantised uint8 until it is read back.
 
     Stored row-major as (B, H, C, W) so a band of rows is one contiguous block.
@@ -123,15 +125,15 @@ def uint8_range(x: np.ndarray) -> tuple[float, float]:
     return float(scale), float(zero)
 
 
-def store(x: np.ndarray, dtype: str) -> Source:
+def store(x: np.ndarray, dtype: str) -> BandedImage:
     """Keep an activation in the given storage ("fp32" keeps the array itself)."""
     return Dense(x) if dtype == "fp32" else Compact(x, dtype)
 
 
-class Concat(Source):
+class Concat(BandedImage):
     """Channel concatenation [a, b] (hidden state first, then the skip)."""
 
-    def __init__(self, *parts: Source):
+    def __init__(self, *parts: BandedImage):
         B, _, H, W = parts[0].shape
         self.parts = parts
         self.shape = (B, sum(p.shape[1] for p in parts), H, W)
@@ -146,12 +148,12 @@ class Concat(Source):
             start += p.shape[1]
 
 
-class Upsampled(Source):
+class Upsampled(BandedImage):
     """Nearest-neighbour resize to (H, W) as torch's interpolate(mode="nearest") does."""
 
-    def __init__(self, src: Source, size: tuple[int, int]):
-        B, C, h, w = src.shape
-        self.src = src
+    def __init__(self, image: BandedImage, size: tuple[int, int]):
+        B, C, h, w = image.shape
+        self.image = image
         self.shape = (B, C, size[0], size[1])
         self.ymap = nearest_index(h, size[0])
         self.xmap = nearest_index(w, size[1])
@@ -159,7 +161,7 @@ class Upsampled(Source):
     def fill(self, b: int, y0: int, y1: int, out: np.ndarray, c0: int = 0) -> None:
         ys = self.ymap[y0:y1]
         base = int(ys[0])
-        block = self.src.rows(b, base, int(ys[-1]) + 1, c0, c0 + out.shape[0])
+        block = self.image.rows(b, base, int(ys[-1]) + 1, c0, c0 + out.shape[0])
         for i, y in enumerate(ys):
             np.take(block[:, y - base], self.xmap, axis=1, out=out[:, i], mode="clip")
 
@@ -170,17 +172,17 @@ def nearest_index(n_in: int, n_out: int) -> np.ndarray:
     return np.minimum(idx, n_in - 1)
 
 
-class Normalized(Source):
-    """GroupNorm of a source (statistics over each group's channels and pixels), then
+class Normalized(BandedImage):
+    """GroupNorm of a banded image (statistics over each group's channels and pixels), then
     optionally SiLU. Statistics are gathered band by band at construction; the
     normalised values are produced per band when read."""
 
-    def __init__(self, src: Source, gamma: np.ndarray, beta: np.ndarray, groups: int, eps: float,
+    def __init__(self, image: BandedImage, gamma: np.ndarray, beta: np.ndarray, groups: int, eps: float,
                  silu: bool):
-        self.src = src
-        self.shape = src.shape
+        self.image = image
+        self.shape = image.shape
         self.silu = silu
-        mean, rstd = group_stats(src, groups, eps)                       # (B, G)
+        mean, rstd = group_stats(image, groups, eps)                       # (B, G)
         cpg = self.shape[1] // groups
         mean = np.repeat(mean, cpg, axis=1)
         rstd = np.repeat(rstd, cpg, axis=1)
@@ -188,7 +190,7 @@ class Normalized(Source):
         self.shift = (beta[None, :] - mean * self.scale).astype(np.float32)
 
     def fill(self, b: int, y0: int, y1: int, out: np.ndarray, c0: int = 0) -> None:
-        self.src.fill(b, y0, y1, out, c0)
+        self.image.fill(b, y0, y1, out, c0)
         c1 = c0 + out.shape[0]
         scale, shift = self.scale[b, c0:c1, None, None], self.shift[b, c0:c1, None, None]
         for j0, j1 in _channel_blocks(out):
@@ -220,10 +222,10 @@ def silu_(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def group_stats(src: Source, groups: int, eps: float) -> tuple[np.ndarray, np.ndarray]:
+def group_stats(image: BandedImage, groups: int, eps: float) -> tuple[np.ndarray, np.ndarray]:
     """Per (batch, group) mean and 1/sqrt(var + eps), from per-channel band statistics
     merged with Chan's parallel formula (stable where mean >> std)."""
-    B, C, H, W = src.shape
+    B, C, H, W = image.shape
     step = min(H, max(1, (4 << 20) // (4 * C * W)))
     mean = np.empty((B, groups))
     rstd = np.empty((B, groups))
@@ -234,7 +236,7 @@ def group_stats(src: Source, groups: int, eps: float) -> tuple[np.ndarray, np.nd
         m = np.zeros(C)
         m2 = np.zeros(C)
         for y0 in range(0, H, step):
-            x = src.band(b, y0, min(H, y0 + step), scratch)
+            x = image.band(b, y0, min(H, y0 + step), scratch)
             k = x.shape[1] * W
             rows = x.reshape(C, k)   # no copy where a channel's rows of the band are contiguous
             if k > 1 and rows.strides[1] != 4:   # channels-last memory: copy it (the band's size at most)

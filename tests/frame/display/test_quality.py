@@ -22,7 +22,7 @@ from frame.display.panels import get_panel
 from frame.display.quality import inky_indices, inky_palette, score
 from frame.display.scielab import gaussian_1d, kernel_width, scielab
 
-PHOTOS = sorted((Path(__file__).parent / "data" / "photos").glob("*.jpg"))
+PHOTOS = sorted((Path(__file__).parents[2] / "data" / "photos").glob("*.jpg"))
 
 
 def _corpus_errors(panel_name: str, size=None) -> tuple[list[float], list[float]]:

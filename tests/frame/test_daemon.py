@@ -305,6 +305,21 @@ def test_restart_resumes_the_saved_job(tmp_path):
         g.close()
 
 
+def test_restart_resumes_a_job_saved_by_an_older_frame(tmp_path):
+    f = Frame(tmp_path, CONFIG.replace('prompt: "a {calm|rough} sea"', 'prompt: "a {calm|rough} sea", negative: text'))
+    job = f.runner.job
+    f.close()
+    spec = tmp_path / "state" / "job" / "job.json"
+    saved = json.loads(spec.read_text())
+    saved["job"]["negative"] = saved["job"].pop("negative_prompt")   # the key before it was negative_prompt
+    spec.write_text(json.dumps(saved))
+    g = Frame(tmp_path)
+    try:
+        assert g.runner.started[0][0] == job and job.negative_prompt == "text"
+    finally:
+        g.close()
+
+
 def test_restart_shows_a_picture_that_was_finished_but_not_shown(tmp_path):
     f = Frame(tmp_path)
     f.runner.finish()

@@ -1,4 +1,4 @@
-"""`slowframe models import`: single-file SGM checkpoints and diffusers folders become model
+"""`slowframe models import`: single-file SGM models and diffusers folders become model
 folders whose weights, configs and outputs match the diffusers model they came from."""
 
 from __future__ import annotations
@@ -39,25 +39,25 @@ def tensors_of(folder, component) -> dict[str, tuple[str, np.ndarray]]:
 
 
 @pytest.fixture(scope="module")
-def imported(tiny_checkpoint, tmp_path_factory):
+def imported(tiny_single_file, tmp_path_factory):
     dest = tmp_path_factory.mktemp("imported") / "tiny-sdxl"
-    import_model(tiny_checkpoint.sgm, dest, log=lambda *_: None)
+    import_model(tiny_single_file.sgm, dest, log=lambda *_: None)
     return dest
 
 
-def test_sgm_writer_is_what_diffusers_from_single_file_reads(tiny_checkpoint):
-    single = load_single_file(tiny_checkpoint.sgm, tiny_checkpoint.folder)
+def test_sgm_writer_is_what_diffusers_from_single_file_reads(tiny_single_file):
+    single = load_single_file(tiny_single_file.sgm, tiny_single_file.folder)
     for component in COMPONENTS:
-        want = getattr(tiny_checkpoint.pipe, component).state_dict()
+        want = getattr(tiny_single_file.pipe, component).state_dict()
         got = getattr(single, component).state_dict()
         assert set(got) == set(want), component
         for name in want:
             assert torch.equal(got[name], want[name]), (component, name)
 
 
-def test_single_file_import_gives_the_diffusers_folders_weights_bit_for_bit(tiny_checkpoint, imported):
+def test_single_file_import_gives_the_diffusers_folders_weights_bit_for_bit(tiny_single_file, imported):
     for component in COMPONENTS:
-        want = tensors_of(tiny_checkpoint.folder, component)
+        want = tensors_of(tiny_single_file.folder, component)
         got = tensors_of(imported, component)
         assert set(got) == set(want), component
         for name, (dtype, values) in want.items():
@@ -65,37 +65,37 @@ def test_single_file_import_gives_the_diffusers_folders_weights_bit_for_bit(tiny
             assert np.array_equal(got[name][1], values), (component, name)
 
 
-def test_configs_read_from_the_checkpoints_shapes_are_the_diffusers_models(tiny_checkpoint, imported):
+def test_configs_read_from_the_single_files_shapes_are_the_diffusers_models(tiny_single_file, imported):
     for component in COMPONENTS:
-        want = json.loads((tiny_checkpoint.folder / component / "config.json").read_text())
+        want = json.loads((tiny_single_file.folder / component / "config.json").read_text())
         got = json.loads((imported / component / "config.json").read_text())
         for key, value in got.items():
             if key in want and key not in SDXL_ONLY_KEYS:
                 assert value == want[key] or value == list(want[key]), (component, key, value, want[key])
 
 
-def test_imported_single_file_generates_the_same_latents_as_the_folder_it_came_from(tiny_checkpoint, imported):
+def test_imported_single_file_generates_the_same_latents_as_the_folder_it_came_from(tiny_single_file, imported):
     ours = load_pipeline(imported)
     noise = torch.from_numpy(np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32))
     kwargs = dict(prompt="a lighthouse at dusk, oil painting", negative_prompt="blurry", num_inference_steps=3,
                   guidance_scale=5.0, height=64, width=64, output_type="latent")
     with torch.no_grad():
-        want = tiny_checkpoint.pipe(latents=noise.clone(), **kwargs).images.numpy()
+        want = tiny_single_file.pipe(latents=noise.clone(), **kwargs).images.numpy()
         got = ours(latents=noise.clone(), **kwargs).images.numpy()
     assert np.abs(want).max() > 0.1
     assert pcc(got, want) >= 0.99999
 
 
-def test_engine_unet_of_the_imported_model_matches_diffusers(tiny_checkpoint, imported):
-    inputs = tiny_checkpoint.unet_inputs()
+def test_engine_unet_of_the_imported_model_matches_diffusers(tiny_single_file, imported):
+    inputs = tiny_single_file.unet_inputs()
     with UNet.load(imported / "unet") as unet:
         got = unet(*inputs)
-    assert pcc(got, unet_reference(tiny_checkpoint.pipe.unet, *inputs)) >= 0.9999
+    assert pcc(got, unet_reference(tiny_single_file.pipe.unet, *inputs)) >= 0.9999
 
 
-def test_uint8_import_is_models_quantize_of_the_unet_only(tiny_checkpoint, imported, tmp_path):
+def test_uint8_import_is_models_quantize_of_the_unet_only(tiny_single_file, imported, tmp_path):
     dest = tmp_path / "tiny-uint8"
-    import_model(tiny_checkpoint.sgm, dest, precision="uint8", log=lambda *_: None)
+    import_model(tiny_single_file.sgm, dest, precision="uint8", log=lambda *_: None)
     quantized = tmp_path / "quantized-unet"
     quantize_folder(imported / "unet", quantized, log=lambda *_: None)
     want = read_header(quantized / WEIGHT_FILES["unet"])
@@ -113,18 +113,18 @@ def test_uint8_import_is_models_quantize_of_the_unet_only(tiny_checkpoint, impor
     assert order.index("time_embedding.linear_1.weight") < order.index("conv_in.weight") < \
         order.index("down_blocks.0.resnets.0.norm1.weight") < order.index("mid_block.resnets.0.norm1.weight") < \
         order.index("up_blocks.0.resnets.0.norm1.weight") < order.index("conv_out.weight")
-    inputs = tiny_checkpoint.unet_inputs()
+    inputs = tiny_single_file.unet_inputs()
     with UNet.load(dest / "unet") as unet:
         got = unet(*inputs)
-    assert pcc(got, unet_reference(tiny_checkpoint.pipe.unet, *inputs)) >= 0.998
+    assert pcc(got, unet_reference(tiny_single_file.pipe.unet, *inputs)) >= 0.998
     assert verify_model(dest, log=lambda *_: None).tensors > 0
 
 
-def test_manifest_records_source_hash_precision_and_every_file(tiny_checkpoint, imported):
+def test_manifest_records_source_hash_precision_and_every_file(tiny_single_file, imported):
     manifest = json.loads((imported / MANIFEST).read_text())
     source = manifest["source"]
     assert source["kind"] == "sgm"
-    assert source["files"][0]["sha256"] == hashlib.sha256(tiny_checkpoint.sgm.read_bytes()).hexdigest()
+    assert source["files"][0]["sha256"] == hashlib.sha256(tiny_single_file.sgm.read_bytes()).hexdigest()
     assert manifest["precision"] == "fp16" and manifest["loras"] == [] and manifest["vae"] is None
     assert manifest["supplied"] == ["tokenizer", "tokenizer_2", "scheduler"]
     on_disk = {p.relative_to(imported).as_posix() for p in imported.rglob("*") if p.is_file()} - {MANIFEST}
@@ -149,9 +149,9 @@ def test_supplied_tokenizers_are_sdxls(imported):
     assert scheduler["_class_name"] == "EulerDiscreteScheduler" and scheduler["timestep_spacing"] == "leading"
 
 
-def test_diffusers_folder_with_fp32_shards_bf16_old_names_and_fp16_variant(tiny_checkpoint, imported, tmp_path):
+def test_diffusers_folder_with_fp32_shards_bf16_old_names_and_fp16_variant(tiny_single_file, imported, tmp_path):
     src = tmp_path / "variants"
-    shutil.copytree(tiny_checkpoint.folder, src)
+    shutil.copytree(tiny_single_file.folder, src)
     _reshard_as_fp32(src / "unet")
     _rename_vae_attention_old_style(src / "vae")
     te2 = src / "text_encoder_2" / "model.safetensors"
@@ -177,27 +177,27 @@ def test_diffusers_folder_with_fp32_shards_bf16_old_names_and_fp16_variant(tiny_
     assert (dest / "tokenizer" / "vocab.json").read_bytes() == (src / "tokenizer" / "vocab.json").read_bytes()
 
 
-def test_vae_option_replaces_the_vae_from_a_single_vae_file(tiny_checkpoint, tmp_path):
+def test_vae_option_replaces_the_vae_from_a_single_vae_file(tiny_single_file, tmp_path):
     from engine.convert.sgm_keys import VAE_PREFIX
 
-    header = read_header(tiny_checkpoint.sgm)
+    header = read_header(tiny_single_file.sgm)
     vae = {n[len(VAE_PREFIX):]: (read_raw(i).view(np.float16).astype(np.float32) * 0.5, "F16")
            for n, i in header.items() if n.startswith(VAE_PREFIX)}
     vae_file = tmp_path / "sdxl_vae.safetensors"
     _rewrite(vae_file, vae)
     dest = tmp_path / "with-vae"
-    import_model(tiny_checkpoint.sgm, dest, vae=vae_file, log=lambda *_: None)
+    import_model(tiny_single_file.sgm, dest, vae=vae_file, log=lambda *_: None)
     got = tensors_of(dest, "vae")
-    halved = tensors_of(tiny_checkpoint.folder, "vae")
+    halved = tensors_of(tiny_single_file.folder, "vae")
     for name, (_, values) in halved.items():
         assert np.array_equal(got[name][1].view(np.float16), (values.view(np.float16).astype(np.float32) * 0.5)
                               .astype(np.float16).reshape(got[name][1].shape)), name
     manifest = json.loads((dest / MANIFEST).read_text())
     assert manifest["vae"]["files"][0]["path"] == str(vae_file)
-    assert [f["path"] for f in manifest["source"]["files"]] == [str(tiny_checkpoint.sgm)]
+    assert [f["path"] for f in manifest["source"]["files"]] == [str(tiny_single_file.sgm)]
 
 
-def test_config_dir_supplies_what_shapes_cannot_tell(tiny_checkpoint, tmp_path):
+def test_config_dir_supplies_what_shapes_cannot_tell(tiny_single_file, tmp_path):
     """Heads are invisible in the weights; a model whose heads are not 64 channels wide
     imports with --config (here the same weights with 32-channel heads)."""
     from diffusers import UNet2DConditionModel
@@ -205,32 +205,32 @@ def test_config_dir_supplies_what_shapes_cannot_tell(tiny_checkpoint, tmp_path):
     configs = tmp_path / "configs"
     for component in COMPONENTS:
         (configs / component).mkdir(parents=True)
-        shutil.copyfile(tiny_checkpoint.folder / component / "config.json", configs / component / "config.json")
+        shutil.copyfile(tiny_single_file.folder / component / "config.json", configs / component / "config.json")
     unet_config = json.loads((configs / "unet" / "config.json").read_text())
     unet_config["attention_head_dim"] = [1, 2, 4]
     (configs / "unet" / "config.json").write_text(json.dumps(unet_config))
     dest = tmp_path / "heads32"
-    import_model(tiny_checkpoint.sgm, dest, config_dir=configs, log=lambda *_: None)
+    import_model(tiny_single_file.sgm, dest, config_dir=configs, log=lambda *_: None)
     assert json.loads((dest / "unet" / "config.json").read_text())["attention_head_dim"] == [1, 2, 4]
-    reference = UNet2DConditionModel.from_pretrained(tiny_checkpoint.folder / "unet", attention_head_dim=[1, 2, 4])
-    inputs = tiny_checkpoint.unet_inputs(seed=6)
+    reference = UNet2DConditionModel.from_pretrained(tiny_single_file.folder / "unet", attention_head_dim=[1, 2, 4])
+    inputs = tiny_single_file.unet_inputs(seed=6)
     want = unet_reference(reference.float().eval(), *inputs)
     with UNet.load(dest / "unet") as unet:
         got = unet(*inputs)
     assert pcc(got, want) >= 0.9999
-    assert pcc(want, unet_reference(tiny_checkpoint.pipe.unet, *inputs)) < 0.9999   # the heads matter
+    assert pcc(want, unet_reference(tiny_single_file.pipe.unet, *inputs)) < 0.9999   # the heads matter
 
 
-def test_cli_import_verify_and_list(tiny_checkpoint, tmp_path, capsys):
+def test_cli_import_verify_and_list(tiny_single_file, tmp_path, capsys):
     models = tmp_path / "models"
     models.mkdir()
-    assert main(["models", "import", str(tiny_checkpoint.sgm), str(models / "tiny"), "--precision", "uint8"]) == 0
+    assert main(["models", "import", str(tiny_single_file.sgm), str(models / "tiny"), "--precision", "uint8"]) == 0
     assert "peak RSS" in capsys.readouterr().out
     assert main(["models", "verify", str(models / "tiny")]) == 0
     assert "OK" in capsys.readouterr().out
     assert main(["models", "list", str(models)]) == 0
     listing = capsys.readouterr().out
-    assert "tiny" in listing and "uint8" in listing and tiny_checkpoint.sgm.name in listing
+    assert "tiny" in listing and "uint8" in listing and tiny_single_file.sgm.name in listing
     entry, = list_models(models)
     assert (entry.name, entry.precision, entry.status) == ("tiny", "uint8", "ok")
 

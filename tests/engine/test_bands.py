@@ -9,7 +9,7 @@ import tracemalloc
 import numpy as np
 
 from engine import ops
-from engine.sources import Compact, Concat, Dense, Normalized, Upsampled
+from engine.bands import Compact, Concat, Dense, Normalized, Upsampled
 
 
 def randn(*shape):
@@ -27,22 +27,22 @@ def peak_traced_bytes(fn) -> int:
 
 def test_a_normalised_skip_join_fills_a_band_without_band_sized_temporaries():
     C, H, W = 192, 48, 64
-    src = Normalized(Concat(Upsampled(Dense(randn(1, 128, H // 2, W // 2)), (H, W)), Compact(randn(1, 64, H, W), "uint8")),
-                     randn(C), randn(C), 32, 1e-5, True)
+    image = Normalized(Concat(Upsampled(Dense(randn(1, 128, H // 2, W // 2)), (H, W)), Compact(randn(1, 64, H, W), "uint8")),
+                       randn(C), randn(C), 32, 1e-5, True)
     padded = np.zeros((C, H + 2, W + 2), dtype=np.float32)
     band = padded[:, 1:H + 1, 1:W + 1]
-    peak = peak_traced_bytes(lambda: src.fill(0, 0, H, band))
+    peak = peak_traced_bytes(lambda: image.fill(0, 0, H, band))
     assert peak < band.nbytes / 4      # a few channels' worth at a time
-    assert np.array_equal(band, src.rows(0, 0, H))
+    assert np.array_equal(band, image.rows(0, 0, H))
 
 
-def test_a_conv_over_a_normalised_source_allocates_little_beyond_its_output():
-    src = Normalized(Concat(Dense(randn(1, 96, 64, 64)), Compact(randn(1, 96, 64, 64), "fp16")),
-                     randn(192), randn(192), 32, 1e-5, True)
+def test_a_conv_over_a_normalised_banded_image_allocates_little_beyond_its_output():
+    image = Normalized(Concat(Dense(randn(1, 96, 64, 64)), Compact(randn(1, 96, 64, 64), "fp16")),
+                       randn(192), randn(192), 32, 1e-5, True)
     w = randn(64, 192, 1, 1) * 0.1
     band_bytes = 1 << 20                                    # 3 bands of the 3 MB input
     out = np.zeros((1, 64, 64, 64), dtype=np.float32)
-    peak = peak_traced_bytes(lambda: ops.conv2d(src, w, None, 1, band_bytes, out=out, threads=1))
+    peak = peak_traced_bytes(lambda: ops.conv2d(image, w, None, 1, band_bytes, out=out, threads=1))
     assert peak < 2 * band_bytes                            # the band's buffer and its GEMM result
-    expected = w.reshape(64, 192) @ src.dense()[0].reshape(192, -1)
+    expected = w.reshape(64, 192) @ image.dense()[0].reshape(192, -1)
     assert np.allclose(out[0].reshape(64, -1), expected, rtol=1e-5, atol=1e-4)

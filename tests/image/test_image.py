@@ -21,7 +21,7 @@ import pytest
 
 from frame.paths import DEFAULT_MODEL_PATH, SEARCH_PATH
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 IMAGE = REPO / "image"
 FILES = IMAGE / "files"
 BUILD = (IMAGE / "build").read_text()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PIL import Image
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_demo_generates_a_picture_and_the_panel_files(tmp_path):

@@ -16,48 +16,10 @@ from engine.errors import ModelFileError
 from engine.sdxl import UNet
 from engine.sdxl.text_encoder import ClipTextEncoder
 from engine.weights import TensorStore
+from lora_files import kohya_lora
 from tiny_models import load_pipeline, unet_reference
 
 WEIGHT = 0.7
-
-
-KOHYA_UNET = [   # (SGM spelling, diffusers spelling, out, in)
-    ("input_blocks_4_1_transformer_blocks_0_attn1_to_q", "down_blocks_1_attentions_0_transformer_blocks_0_attn1_to_q",
-     64, (64,)),
-    ("input_blocks_7_1_transformer_blocks_2_attn2_to_k", "down_blocks_2_attentions_0_transformer_blocks_2_attn2_to_k",
-     128, (192,)),
-    ("middle_block_1_proj_in", "mid_block_attentions_0_proj_in", 128, (128,)),
-    ("output_blocks_0_1_transformer_blocks_1_ff_net_0_proj",
-     "up_blocks_0_attentions_0_transformer_blocks_1_ff_net_0_proj", 1024, (128,)),
-    ("output_blocks_3_1_transformer_blocks_0_attn1_to_out_0",
-     "up_blocks_1_attentions_0_transformer_blocks_0_attn1_to_out_0", 64, (64,)),
-    ("input_blocks_1_0_in_layers_2", "down_blocks_0_resnets_0_conv1", 32, (32, 3, 3)),
-    ("output_blocks_7_0_emb_layers_1", "up_blocks_2_resnets_1_time_emb_proj", 32, (128,)),
-]
-
-
-def kohya_lora(path, seed: int = 5, alpha: float = 2.0, rank: int = 4, spelling: str = "sgm"):
-    """kohya's SDXL names: UNet modules in the original (SGM) block numbering or in
-    diffusers' spelling (a file uses one), a 3x3 conv LoRA, both text encoders."""
-    g = torch.Generator().manual_seed(seed)
-    sd = {}
-
-    def add(name, out, in_shape):
-        conv = len(in_shape) == 3
-        sd[f"{name}.lora_down.weight"] = (0.2 * torch.randn((rank, *in_shape), generator=g)).half()
-        sd[f"{name}.lora_up.weight"] = (0.2 * torch.randn((out, rank, *((1, 1) if conv else ())), generator=g)).half()
-        sd[f"{name}.alpha"] = torch.tensor(alpha).half()
-
-    for sgm, diffusers, out, in_shape in KOHYA_UNET:
-        add("lora_unet_" + (sgm if spelling == "sgm" else diffusers), out, in_shape)
-    for layer in range(2):
-        for proj in ("q_proj", "out_proj"):
-            add(f"lora_te1_text_model_encoder_layers_{layer}_self_attn_{proj}", 64, (64,))
-    add("lora_te1_text_model_encoder_layers_2_mlp_fc1", 128, (64,))
-    add("lora_te2_text_model_encoder_layers_0_self_attn_out_proj", 128, (128,))
-    add("lora_te2_text_model_encoder_layers_1_mlp_fc1", 256, (128,))
-    save_file(sd, str(path))
-    return path
 
 
 def peft_lora(folder, path, seed: int = 7):
@@ -110,28 +72,28 @@ def state(pipe, component) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module", params=["kohya-sgm-names", "kohya-diffusers-names", "peft"])
-def case(request, tiny_checkpoint, tmp_path_factory):
+def case(request, tiny_single_file, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"lora-{request.param}")
     path = folder / f"{request.param}.safetensors"
     if request.param.startswith("kohya"):
         kohya_lora(path, spelling=request.param.split("-")[1])
     else:
-        peft_lora(tiny_checkpoint.folder, path)
-    reference = fused_reference(tiny_checkpoint.folder, path, WEIGHT)
+        peft_lora(tiny_single_file.folder, path)
+    reference = fused_reference(tiny_single_file.folder, path, WEIGHT)
     changed = {}
     for c in ("unet", "text_encoder", "text_encoder_2"):
-        base = state(tiny_checkpoint.pipe, c)
+        base = state(tiny_single_file.pipe, c)
         changed[c] = [n for n, v in state(reference, c).items() if not np.array_equal(v, base[n])]
     assert all(len(names) >= 2 for names in changed.values()), changed
     return path, reference, changed
 
 
-def test_merged_at_import_matches_diffusers_fuse_lora(case, tiny_checkpoint, tmp_path):
+def test_merged_at_import_matches_diffusers_fuse_lora(case, tiny_single_file, tmp_path):
     path, reference, changed = case
     dest = tmp_path / "styled"
-    import_model(tiny_checkpoint.sgm, dest, loras=[(path, WEIGHT)], log=lambda *_: None)
+    import_model(tiny_single_file.sgm, dest, loras=[(path, WEIGHT)], log=lambda *_: None)
     for component, names in changed.items():
-        base, want = state(tiny_checkpoint.pipe, component), state(reference, component)
+        base, want = state(tiny_single_file.pipe, component), state(reference, component)
         store = TensorStore([dest / component / WEIGHT_FILES[component]])
         for name in want:
             got = store.read(name)
@@ -140,28 +102,28 @@ def test_merged_at_import_matches_diffusers_fuse_lora(case, tiny_checkpoint, tmp
             else:
                 assert np.array_equal(got, base[name]), (component, name)
         store.close()
-    inputs = tiny_checkpoint.unet_inputs(seed=4)
+    inputs = tiny_single_file.unet_inputs(seed=4)
     expected = unet_reference(reference.unet, *inputs)
-    assert pcc(expected, unet_reference(tiny_checkpoint.pipe.unet, *inputs)) < 0.999   # the style matters
+    assert pcc(expected, unet_reference(tiny_single_file.pipe.unet, *inputs)) < 0.999   # the style matters
     with UNet.load(dest / "unet") as unet:
         assert pcc(unet(*inputs), expected) >= 0.9999
 
 
-def test_applied_at_run_time_matches_diffusers_fuse_lora(case, tiny_checkpoint):
+def test_applied_at_run_time_matches_diffusers_fuse_lora(case, tiny_single_file):
     path, reference, changed = case
     loras = open_loras([(path, WEIGHT)])
-    inputs = tiny_checkpoint.unet_inputs(seed=5)
+    inputs = tiny_single_file.unet_inputs(seed=5)
     # rpi-lowmem reads weights in bands of 4 KB here (every band is patched on its own),
     # with fp32 skips and K/V so only the LoRA path is compared
     banded = dict(skip_dtype="fp32", kv_dtype="fp32", weight_chunk_bytes=4096)
     for preset, overrides in (("default", {}), ("rpi-lowmem", banded)):
-        with UNet.load(tiny_checkpoint.folder / "unet", preset=preset, **overrides) as unet:
+        with UNet.load(tiny_single_file.folder / "unet", preset=preset, **overrides) as unet:
             attach_loras(unet, "unet", loras)
             got = unet(*inputs)
         assert pcc(got, unet_reference(reference.unet, *inputs)) >= 0.9999, preset
     ids = reference.tokenizer("a lighthouse at dusk", padding="max_length", max_length=77, return_tensors="pt")
     for component in ("text_encoder", "text_encoder_2"):
-        with ClipTextEncoder.load(tiny_checkpoint.folder / component) as encoder:
+        with ClipTextEncoder.load(tiny_single_file.folder / component) as encoder:
             attach_loras(encoder, component, loras)
             got = encoder(ids.input_ids.numpy(), pooled=True)
         with torch.no_grad():
@@ -169,7 +131,7 @@ def test_applied_at_run_time_matches_diffusers_fuse_lora(case, tiny_checkpoint):
         assert pcc(got.hidden_states, want.hidden_states[-2].numpy()) >= 0.9999, component
         pooled = want.text_embeds if component == "text_encoder_2" else want.pooler_output
         assert pcc(got.pooled, pooled.numpy()) >= 0.9999, component
-        store = TensorStore([tiny_checkpoint.folder / component / WEIGHT_FILES[component]])
+        store = TensorStore([tiny_single_file.folder / component / WEIGHT_FILES[component]])
         store.patch = bind(loras, component, {n: i.shape for n, i in store.tensors.items()})
         for name in changed[component]:   # and weight by weight
             key = name if name in store else name.removeprefix("text_model.")
@@ -179,15 +141,15 @@ def test_applied_at_run_time_matches_diffusers_fuse_lora(case, tiny_checkpoint):
         lora.close()
 
 
-def test_alphas_per_module_and_stacked_loras_add_up(tiny_checkpoint, tmp_path):
+def test_alphas_per_module_and_stacked_loras_add_up(tiny_single_file, tmp_path):
     first = kohya_lora(tmp_path / "a.safetensors", seed=1, alpha=1.0, rank=4)
     second = kohya_lora(tmp_path / "b.safetensors", seed=2, alpha=8.0, rank=4)
     loras = open_loras([(first, 0.5), (second, -1.25)])
-    store = TensorStore([tiny_checkpoint.folder / "unet" / WEIGHT_FILES["unet"]])
+    store = TensorStore([tiny_single_file.folder / "unet" / WEIGHT_FILES["unet"]])
     shapes = {n: i.shape for n, i in store.tensors.items()}
     name = "down_blocks.0.resnets.0.conv1.weight"
     base = store.read(name)
-    store.patch = bind(loras, "unet", shapes, UNet.load(tiny_checkpoint.folder / "unet").config)
+    store.patch = bind(loras, "unet", shapes, UNet.load(tiny_single_file.folder / "unet").config)
     expected = base.copy()
     for path, weight, alpha in ((first, 0.5, 1.0), (second, -1.25, 8.0)):
         lora = TensorStore([path])
@@ -225,10 +187,10 @@ def test_unsupported_lora_files_are_refused_by_name(tmp_path, keys, message):
         open_lora(path)
 
 
-def test_lora_for_another_model_names_the_module(tiny_checkpoint, tmp_path):
-    shapes = {n: i.shape for n, i in TensorStore([tiny_checkpoint.folder / "unet" / WEIGHT_FILES["unet"]])
+def test_lora_for_another_model_names_the_module(tiny_single_file, tmp_path):
+    shapes = {n: i.shape for n, i in TensorStore([tiny_single_file.folder / "unet" / WEIGHT_FILES["unet"]])
               .tensors.items()}
-    cfg = UNet.load(tiny_checkpoint.folder / "unet").config
+    cfg = UNet.load(tiny_single_file.folder / "unet").config
     sd15 = _lora_file(tmp_path / "sd15.safetensors", {   # SDXL's first level has no attention; SD 1.5's has
         "lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight": np.zeros((4, 32), np.float16),
         "lora_unet_down_blocks_0_attentions_0_proj_in.lora_up.weight": np.zeros((32, 4), np.float16)})
@@ -241,19 +203,19 @@ def test_lora_for_another_model_names_the_module(tiny_checkpoint, tmp_path):
         bind([open_lora(wide)], "unet", shapes, cfg)
 
 
-def test_import_records_the_loras_in_the_manifest(tiny_checkpoint, tmp_path):
+def test_import_records_the_loras_in_the_manifest(tiny_single_file, tmp_path):
     import hashlib
     import json
 
     path = kohya_lora(tmp_path / "style.safetensors")
     dest = tmp_path / "styled"
-    import_model(tiny_checkpoint.sgm, dest, loras=[(path, 0.6)], log=lambda *_: None)
+    import_model(tiny_single_file.sgm, dest, loras=[(path, 0.6)], log=lambda *_: None)
     lora, = json.loads((dest / "slowframe-model.json").read_text())["loras"]
     assert lora == {"path": str(path), "weight": 0.6, "format": "kohya", "modules": 14,
                     "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
-def test_older_diffusers_names_change_the_same_weights_as_peft_names(tiny_checkpoint, tmp_path):
+def test_older_diffusers_names_change_the_same_weights_as_peft_names(tiny_single_file, tmp_path):
     rng = np.random.default_rng(9)
     modules = {   # older diffusers spelling -> (PEFT module path, out, in)
         "unet.down_blocks.1.attentions.0.transformer_blocks.0.attn1.processor.to_q_lora":
@@ -274,9 +236,9 @@ def test_older_diffusers_names_change_the_same_weights_as_peft_names(tiny_checkp
     old_file = open_lora(_lora_file(tmp_path / "old.safetensors", old), 0.5)
     peft_file = open_lora(_lora_file(tmp_path / "peft.safetensors", peft), 0.5)
     assert (old_file.format, peft_file.format) == ("diffusers", "peft")
-    cfg = UNet.load(tiny_checkpoint.folder / "unet").config
+    cfg = UNet.load(tiny_single_file.folder / "unet").config
     for component in ("unet", "text_encoder", "text_encoder_2"):
-        path = tiny_checkpoint.folder / component / WEIGHT_FILES[component]
+        path = tiny_single_file.folder / component / WEIGHT_FILES[component]
         stores = [TensorStore([path]), TensorStore([path])]
         shapes = {n: i.shape for n, i in stores[0].tensors.items()}
         for store, lora in zip(stores, (old_file, peft_file)):

@@ -33,9 +33,9 @@ def test_driver_receives_exactly_our_indices(inky_drivers, panel_name):
     sent = []
     driver._update = lambda *bufs: sent.append(bufs)  # what show() hands the SPI layer
     display = InkyDisplay(DisplayConfig(panel=panel_name, min_interval=0), driver=driver)
-    frame = display.show(Image.open(PHOTO))
+    picture = display.show(Image.open(PHOTO))
 
-    codes = np.asarray(panel.native_codes, dtype=np.uint8)[frame.panel_indices]
+    codes = np.asarray(panel.native_codes, dtype=np.uint8)[picture.panel_indices]
     np.testing.assert_array_equal(np.asarray(driver.buf), codes)  # no re-dither, same codes
     assert len(sent) == 1
     packed = np.concatenate([np.asarray(b, dtype=np.uint8) for b in sent[0]])
@@ -52,12 +52,12 @@ def test_a_full_refresh_goes_through_the_real_driver_to_spi(inky_drivers, fake_i
     gpiod, gpiodevice, spidev, _ = fake_inky_hardware
     panel = get_panel(panel_name)
     display = InkyDisplay(DisplayConfig(panel=panel_name, min_interval=0), driver=inky_drivers(panel))
-    frame = display.show(Image.open(PHOTO))
+    picture = display.show(Image.open(PHOTO))
     spi = spidev.SpiDev.return_value
     # every byte written to SPI, in order (drivers use xfer3 in blocks or xfer byte by byte)
     wire = bytes(b for call in spi.method_calls if call[0] in ("xfer", "xfer2", "xfer3", "writebytes")
                  for b in call.args[0])
-    codes = np.asarray(panel.native_codes, dtype=np.uint8)[frame.panel_indices].ravel()
+    codes = np.asarray(panel.native_codes, dtype=np.uint8)[picture.panel_indices].ravel()
     packed = bytes(((codes[::2] << 4) | codes[1::2]).astype(np.uint8))
     assert packed in wire, "the picture did not reach SPI as our codes"
 

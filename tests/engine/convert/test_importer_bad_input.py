@@ -1,5 +1,5 @@
 """Bad input to `slowframe models import`: pickles are refused unopened, other architectures
-are named, damaged checkpoints are reported by tensor, and nothing is left behind."""
+are named, damaged model files are reported by tensor, and nothing is left behind."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from frame.cli import main
 
 
 class CreatesFile:
-    """Unpickling this creates `path`: what a malicious checkpoint can do."""
+    """Unpickling this creates `path`: what a malicious model file can do."""
 
     def __init__(self, path):
         self.path = str(path)
@@ -39,7 +39,7 @@ def test_the_crafted_pickle_really_creates_a_file_when_unpickled(tmp_path):
 
 
 @pytest.mark.parametrize("suffix", [".ckpt", ".pt", ".pth", ".bin"])
-def test_pickle_checkpoints_are_refused_without_unpickling(tmp_path, capsys, suffix):
+def test_pickled_model_files_are_refused_without_unpickling(tmp_path, capsys, suffix):
     marker = tmp_path / "pwned"
     src = evil_pickle(tmp_path / f"model{suffix}", marker)
     assert main(["models", "import", str(src), str(tmp_path / "out")]) == 1
@@ -48,7 +48,7 @@ def test_pickle_checkpoints_are_refused_without_unpickling(tmp_path, capsys, suf
     assert not marker.exists() and not (tmp_path / "out").exists()
 
 
-def test_pickles_as_lora_vae_inside_a_folder_or_named_safetensors_are_refused(tiny_checkpoint, tmp_path):
+def test_pickles_as_lora_vae_inside_a_folder_or_named_safetensors_are_refused(tiny_single_file, tmp_path):
     marker = tmp_path / "pwned"
     lora = evil_pickle(tmp_path / "style.pt", marker)
     vae = evil_pickle(tmp_path / "vae.bin", marker)
@@ -62,7 +62,7 @@ def test_pickles_as_lora_vae_inside_a_folder_or_named_safetensors_are_refused(ti
         (folder / component / "config.json").write_text("{}")
         evil_pickle(folder / component / ("diffusion_pytorch_model.bin" if component in ("unet", "vae")
                                           else "pytorch_model.bin"), marker)
-    attempts = [dict(src=tiny_checkpoint.sgm, loras=[(lora, 1.0)]), dict(src=tiny_checkpoint.sgm, vae=vae),
+    attempts = [dict(src=tiny_single_file.sgm, loras=[(lora, 1.0)]), dict(src=tiny_single_file.sgm, vae=vae),
                 dict(src=disguised), dict(src=folder)]
     for kwargs in attempts:
         with pytest.raises(ModelFileError, match="pickle|safetensors"):
@@ -96,7 +96,7 @@ UNET_KEY = "model.diffusion_model.input_blocks.0.0.weight"
      "VAE alone"),
     ({"down_blocks.0.resnets.0.conv1.weight": (4, 4, 3, 3)}, "one component of a diffusers model"),
     ({"lora_unet_input_blocks_4_1_proj_in.lora_down.weight": (4, 8)}, "LoRA"),
-    ({"some.other.weight": (4,)}, "not a Stable Diffusion checkpoint"),
+    ({"some.other.weight": (4,)}, "not a Stable Diffusion model"),
 ])
 def test_other_architectures_are_named(tmp_path, names, found):
     src = write_tensors(tmp_path / "other.safetensors", names)
@@ -120,11 +120,11 @@ def test_other_diffusers_folders_are_named(tmp_path, kind, index, found):
         import_model(folder, tmp_path / "out", log=lambda *_: None)
 
 
-# -- damaged or altered SDXL checkpoints ---------------------------------------------------
+# -- damaged or altered SDXL single-file models --------------------------------------------
 
 @pytest.fixture(scope="module")
-def tensors(tiny_checkpoint):
-    return load_file(str(tiny_checkpoint.sgm))
+def tensors(tiny_single_file):
+    return load_file(str(tiny_single_file.sgm))
 
 
 def altered(tensors, path, drop=(), change=None):
@@ -163,16 +163,16 @@ def test_inpainting_unet_is_refused(tensors, tmp_path):
         import_model(src, tmp_path / "out", log=lambda *_: None)
 
 
-def test_truncated_file_is_named_by_tensor(tiny_checkpoint, tmp_path, capsys):
+def test_truncated_file_is_named_by_tensor(tiny_single_file, tmp_path, capsys):
     src = tmp_path / "truncated.safetensors"
-    src.write_bytes(tiny_checkpoint.sgm.read_bytes()[:-5000])
+    src.write_bytes(tiny_single_file.sgm.read_bytes()[:-5000])
     assert main(["models", "import", str(src), str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
     assert "truncated" in err and "tensor '" in err and "Traceback" not in err
 
 
-def test_tensor_named_twice_in_the_header_is_refused(tiny_checkpoint, tmp_path):
-    data = tiny_checkpoint.sgm.read_bytes()
+def test_tensor_named_twice_in_the_header_is_refused(tiny_single_file, tmp_path):
+    data = tiny_single_file.sgm.read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
     header = data[8:8 + n].decode().rstrip()
     entry = json.dumps(json.loads(header)[TO_V], separators=(",", ":"))
@@ -193,10 +193,10 @@ def test_nan_weights_are_named_and_nothing_is_left_behind(tensors, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nan.safetensors"]
 
 
-def test_existing_destination_is_left_alone(tiny_checkpoint, tmp_path):
+def test_existing_destination_is_left_alone(tiny_single_file, tmp_path):
     dest = tmp_path / "taken"
     dest.mkdir()
     (dest / "keep.txt").write_text("mine")
     with pytest.raises(ModelFileError, match="already exists"):
-        import_model(tiny_checkpoint.sgm, dest, log=lambda *_: None)
+        import_model(tiny_single_file.sgm, dest, log=lambda *_: None)
     assert (dest / "keep.txt").read_text() == "mine"

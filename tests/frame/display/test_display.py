@@ -22,12 +22,12 @@ def _file_display(tmp_path, **settings):
 
 def test_file_backend_writes_the_panel_image_and_a_preview(tmp_path):
     display = _file_display(tmp_path)
-    frame = display.show(Image.open(PHOTO))
+    picture = display.show(Image.open(PHOTO))
     native = Image.open(tmp_path / "panel.png")
     preview = Image.open(tmp_path / "preview.png")
     assert native.mode == "P" and native.size == (800, 480) and preview.size == (800, 480)
     indices = np.asarray(native)
-    assert indices.max() < 6 and np.array_equal(indices, frame.panel_indices)
+    assert indices.max() < 6 and np.array_equal(indices, picture.panel_indices)
     assert native.getpalette()[:18] == [c for rgb in get_panel("spectra6-7.3").measured for c in rgb]
     np.testing.assert_array_equal(np.asarray(preview), display.palette.render(indices))
 
@@ -55,16 +55,16 @@ def test_flips_mirror_the_panel_image(tmp_path):
 
 def test_caption_strip_is_crisp_black_on_white(tmp_path):
     display = _file_display(tmp_path, caption=True)
-    frame = display.show(Image.open(PHOTO), caption="a rocket lifting off at dawn")
-    strip = frame.indices[-20:]
+    picture = display.show(Image.open(PHOTO), caption="a rocket lifting off at dawn")
+    strip = picture.indices[-20:]
     white, black = display.panel.inks.index("white"), display.panel.inks.index("black")
     assert set(np.unique(strip)) == {white, black} and (strip == black).sum() > 50
 
 
 def test_error_screen_shows_the_message_in_black_and_white(tmp_path):
     display = _file_display(tmp_path)
-    frame = display.show_error("model folder /models/sdxl is missing")
-    assert set(np.unique(frame.indices)) == {display.panel.inks.index("white"), display.panel.inks.index("black")}
+    picture = display.show_error("model folder /models/sdxl is missing")
+    assert set(np.unique(picture.indices)) == {display.panel.inks.index("white"), display.panel.inks.index("black")}
     assert (tmp_path / "panel.png").exists()
 
 
@@ -123,8 +123,8 @@ def test_one_refresh_at_a_time():
             active.pop()
 
     display = Slow(get_panel("acep-7.3"), DisplayConfig(backend="file", panel="acep-7.3", min_interval=0))
-    frame = display.render(Image.new("RGB", (800, 480)))
-    threads = [threading.Thread(target=display.refresh, args=(frame,)) for _ in range(4)]
+    picture = display.render(Image.new("RGB", (800, 480)))
+    threads = [threading.Thread(target=display.refresh, args=(picture,)) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:

@@ -14,7 +14,7 @@ import frame.config as config_module
 from frame.cli import main
 from frame.config import ConfigError, check_config, default_config, find_config, load_config
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 
 def problems(tmp_path: Path, text: str, name: str = "frame.yaml") -> list[tuple[int, int, str, str]]:

@@ -25,7 +25,7 @@ from engine.errors import Cancelled, InputError, ModelFileError
 from engine.sdxl import Pipeline
 from engine.sdxl.samplers import draw_noise
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 WIDTH, HEIGHT = 128, 64          # latents 16 x 8: non-square
 PROMPT, NEGATIVE = "a lighthouse at dusk, oil painting", "blurry"   # no emphasis: diffusers reads it literally
 
@@ -282,16 +282,16 @@ def test_an_incomplete_model_folder_names_what_is_missing(tmp_path):
         Pipeline.load(tmp_path / "nowhere")
 
 
-def test_a_lora_applied_at_run_time_gives_the_picture_of_the_model_with_it_merged(tiny_checkpoint, tmp_path):
+def test_a_lora_applied_at_run_time_gives_the_picture_of_the_model_with_it_merged(tiny_single_file, tmp_path):
     from engine.convert.importer import import_model
-    from test_models_lora import kohya_lora
+    from lora_files import kohya_lora
 
     lora = kohya_lora(tmp_path / "style.safetensors")
     merged = tmp_path / "merged"
-    import_model(tiny_checkpoint.sgm, merged, loras=[(lora, 0.8)], log=lambda *_: None)
+    import_model(tiny_single_file.sgm, merged, loras=[(lora, 0.8)], log=lambda *_: None)
     kw = dict(steps=2, seed=3, width=96, height=64, sampler="euler")
-    plain = Pipeline.load(tiny_checkpoint.folder).generate(PROMPT, NEGATIVE, **kw)
-    styled = Pipeline.load(tiny_checkpoint.folder, loras=[(lora, 0.8)]).generate(PROMPT, NEGATIVE, **kw)
+    plain = Pipeline.load(tiny_single_file.folder).generate(PROMPT, NEGATIVE, **kw)
+    styled = Pipeline.load(tiny_single_file.folder, loras=[(lora, 0.8)]).generate(PROMPT, NEGATIVE, **kw)
     baked = Pipeline.load(merged).generate(PROMPT, NEGATIVE, **kw)
     assert pcc(styled.latents, baked.latents) >= 0.9999
     assert pcc(styled.latents, plain.latents) < 0.999, "the style changes the picture"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CROSS_CC = "aarch64-linux-gnu-gcc"
 COMPILE_ARGS = runpy.run_path(str(ROOT / "engine" / "kernels" / "cbuild.py"))["COMPILE_ARGS"]
 SOURCES = [ROOT / "engine" / "kernels" / name
