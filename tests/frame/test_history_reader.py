@@ -16,7 +16,7 @@ from frame.pictures import PictureError, open_picture
 
 def add(history: History, prompt: str = "a calm sea", stamp: str = "20250301-070000"):
     return history.add(Image.new("RGB", (16, 12), "blue"), {"theme": "sea", "prompt": prompt, "seed": 1,
-                                                             "steps": 4, "negative": "blurry"}, stamp)
+                                                             "steps": 4, "negative_prompt": "blurry"}, stamp)
 
 
 def test_a_prompt_with_a_lone_surrogate_or_line_breaks_is_stored_as_one_readable_line(tmp_path):
@@ -30,7 +30,7 @@ def test_a_prompt_with_a_lone_surrogate_or_line_breaks_is_stored_as_one_readable
 
 
 def test_the_parameters_text_never_has_extra_lines():
-    text = parameters_text({"prompt": "a\r\nb\x00c", "negative": "x\ny", "steps": 3})
+    text = parameters_text({"prompt": "a\r\nb\x00c", "negative_prompt": "x\ny", "steps": 3})
     assert text.splitlines() == ["a  b c", "Negative prompt: x y", "Steps: 3"]
 
 
