@@ -9,11 +9,13 @@ by a SHA-256 of everything before it:
 Writes are atomic: a temporary file in the same folder, fsync, rename, fsync of the
 folder. Checkpoints are numbered; the previous one is deleted only once the new one is
 durable, so a crash in the middle of a write leaves the last good checkpoint (and a
-stray temporary file, cleaned up on the next write).
+stray temporary file, cleaned up on the next write). A write the disk refuses (full,
+read-only) is a StorageError saying how much space it needed; the checkpoints before it stay.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -24,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from engine import json_limits
 from engine.atomic import atomic_write, temp_files
-from engine.errors import InputError
+from engine.errors import InputError, StorageError
 
 MAGIC = b"SLOWFRAME-CKPT\n"
 PREFIX, SUFFIX = "step-", ".ckpt"
@@ -54,11 +57,31 @@ def write_file(path: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         offset += a.nbytes
     header = json.dumps({"meta": meta, "arrays": entries}, sort_keys=True).encode()
     digest = hashlib.sha256()
-    with atomic_write(path, durable=True) as f:
-        for chunk in (MAGIC, struct.pack("<Q", len(header)), header, *(b.reshape(-1).view(np.uint8) for b in blobs)):
-            digest.update(chunk)
-            f.write(chunk)
-        f.write(digest.digest())
+    try:
+        with atomic_write(path, durable=True) as f:
+            for chunk in (MAGIC, struct.pack("<Q", len(header)), header,
+                          *(b.reshape(-1).view(np.uint8) for b in blobs)):
+                digest.update(chunk)
+                f.write(chunk)
+            f.write(digest.digest())
+    except OSError as e:
+        raise StorageError(_write_failure(path, e, len(MAGIC) + 8 + len(header) + offset + 32)) from None
+
+
+def _write_failure(path: Path, error: OSError, needed: int) -> str:
+    """What went wrong writing checkpoint ``path`` (``needed`` bytes), and what to do about it."""
+    message = f"cannot write the checkpoint {path}: {error.strerror or error}"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        try:
+            usage = os.statvfs(path.parent)
+            free = f"{usage.f_bavail * usage.f_frsize / 1e6:.1f} MB are free"
+        except OSError:
+            free = "the free space is unknown"
+        return (f"{message}. It needs {needed / 1e6:.1f} MB and {free}; free some space and run again: "
+                "the run resumes from its last checkpoint, which is intact")
+    if error.errno == errno.EISDIR:
+        return f"{message}. A folder has that name; remove it and run again to resume"
+    return f"{message}. The last checkpoint is intact; fix the disk and run again to resume"
 
 
 def read_file(path: Path) -> Checkpoint:
@@ -74,7 +97,7 @@ def read_file(path: Path) -> Checkpoint:
     (n,) = struct.unpack_from("<Q", data, len(MAGIC))
     start = len(MAGIC) + 8
     try:
-        header = json.loads(data[start:start + n])
+        header = json_limits.loads(data[start:start + n], 32)
         payload = memoryview(data)[start + n:-32]
         arrays = {}
         for name, e in header["arrays"].items():
@@ -112,11 +135,15 @@ class CheckpointDir:
         number = numbered[-1][0] + 1 if numbered else 1
         path = self.path / f"{PREFIX}{number:08d}{SUFFIX}"
         write_file(path, meta, arrays)
-        for _, old in numbered[:len(numbered) + 1 - KEEP]:
-            old.unlink(missing_ok=True)
-        for stray in temp_files(self.path, f"{PREFIX}*{SUFFIX}"):
-            stray.unlink(missing_ok=True)
+        self._remove([p for _, p in numbered[:len(numbered) + 1 - KEEP]] + temp_files(self.path, f"{PREFIX}*{SUFFIX}"))
         return path
+
+    def _remove(self, paths: list[Path]) -> None:
+        for old in paths:
+            try:
+                old.unlink(missing_ok=True)
+            except OSError as e:   # e.g. a folder of that name: not ours to delete, and no reason to stop
+                self.log(f"cannot remove the old checkpoint {old}: {e.strerror}")
 
     def latest(self) -> Checkpoint | None:
         """The newest checkpoint that verifies; older ones are tried when the newest is damaged."""
@@ -129,8 +156,5 @@ class CheckpointDir:
 
     def clear(self) -> None:
         """Delete this run's checkpoints (a deliberate restart)."""
-        for _, path in self._numbered():
-            path.unlink(missing_ok=True)
-        for stray in temp_files(self.path, f"{PREFIX}*{SUFFIX}"):
-            stray.unlink(missing_ok=True)
+        self._remove([p for _, p in self._numbered()] + temp_files(self.path, f"{PREFIX}*{SUFFIX}"))
 

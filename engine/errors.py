@@ -1,4 +1,4 @@
-"""The engine's exceptions: problems a user can fix (bad files, bad inputs), and Cancelled.
+"""The engine's exceptions: problems a user can fix (bad files, bad inputs, a full disk), and Cancelled.
 
 Each EngineError message says what is wrong, where (file, tensor name) and how to fix it, so
 the CLI can print it as is instead of a traceback.
@@ -15,6 +15,10 @@ class ModelFileError(EngineError):
 
 class InputError(EngineError):
     """Arguments passed to a model have the wrong shape, dtype or values."""
+
+
+class StorageError(EngineError):
+    """The disk refused a write (full, read-only, failing); what was written before is intact."""
 
 
 class Cancelled(Exception):

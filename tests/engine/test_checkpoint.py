@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import struct
+import subprocess
+
 import numpy as np
 import pytest
 
-from engine.checkpoint import CheckpointDir, CorruptCheckpoint, read_file, write_file
+from engine.checkpoint import MAGIC, CheckpointDir, CorruptCheckpoint, read_file, write_file
+from engine.errors import StorageError
 
 
 def arrays(seed: int) -> dict[str, np.ndarray]:
@@ -62,7 +68,7 @@ def test_a_write_cut_off_midway_leaves_the_last_good_checkpoint(tmp_path, monkey
     def power_cut(fd):
         raise OSError(5, "Input/output error")
     monkeypatch.setattr("engine.checkpoint.os.fsync", power_cut)
-    with pytest.raises(OSError):
+    with pytest.raises(StorageError, match="Input/output error. The last checkpoint is intact"):
         store.save({"step": 2}, arrays(2))
     monkeypatch.undo()
     assert store.latest().meta == {"step": 1}
@@ -87,3 +93,59 @@ def test_clear_removes_every_checkpoint_of_the_job(tmp_path):
     store.clear()
     assert store.latest() is None
     assert (tmp_path / "notes.txt").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KB filesystem of its own (tmpfs), so the disk really fills; needs root and mount."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root and the mount command")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_is_a_clear_error_and_the_run_resumes_when_space_returns(small_disk):
+    ckpts = CheckpointDir(small_disk / "ckpt")
+    latents = {"latents": np.arange(8 * 1024, dtype=np.float32)}    # 32 KB per checkpoint
+    ckpts.save({"step": 1}, latents)
+    ckpts.save({"step": 2}, latents)
+    filler = small_disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    with pytest.raises(StorageError, match=r"step-00000003\.ckpt: No space left on device\. It needs 0\.0 MB and "
+                                           r"0\.0 MB are free; free some space and run again"):
+        ckpts.save({"step": 3}, latents)
+    assert sorted(p.name for p in (small_disk / "ckpt").iterdir()) == ["step-00000001.ckpt", "step-00000002.ckpt"]
+    assert ckpts.latest().meta == {"step": 2}
+    filler.unlink()
+    ckpts.save({"step": 3}, latents)
+    assert ckpts.latest().meta == {"step": 3}
+
+
+def test_a_folder_where_a_checkpoint_belongs_is_an_error_not_a_traceback(tmp_path):
+    ckpts = CheckpointDir(tmp_path)
+    (tmp_path / "step-00000001.ckpt").mkdir()
+    assert ckpts.latest() is None                         # unusable, said in the log, not raised
+    ckpts.save({"step": 2}, {"x": np.zeros(3)})           # numbering goes past it; the old "checkpoint" is left
+    assert ckpts.latest().meta == {"step": 2}
+    (tmp_path / "step-00000003.ckpt").mkdir()
+    with pytest.raises(StorageError, match="A folder has that name; remove it"):
+        write_file(tmp_path / "step-00000003.ckpt", {}, {"x": np.zeros(3)})
+    ckpts.clear()
+
+
+def test_a_deeply_nested_header_is_a_corrupt_checkpoint(tmp_path):
+    header = b"[" * 100_000 + b"]" * 100_000
+    body = MAGIC + struct.pack("<Q", len(header)) + header
+    (tmp_path / "x.ckpt").write_bytes(body + hashlib.sha256(body).digest())
+    with pytest.raises(CorruptCheckpoint, match="bad header"):
+        read_file(tmp_path / "x.ckpt")
