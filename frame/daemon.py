@@ -41,7 +41,7 @@ from frame.config import (Config, ConfigError, Problem, ScheduleSettings, Theme,
 from frame.control import SOCKET_NAME, ControlServer
 from frame.display.errors import DisplayError
 from frame.history import History
-from frame.jobs import Job, JobStore
+from frame.jobs import CRASHES_TO_SET_ASIDE, Job, JobStore
 from frame.notify import Notifier, Watchdog
 from frame.paths import SEARCH_PATH
 from frame.pictures import PictureError, open_picture
@@ -55,6 +55,7 @@ LOWER_PRESET = {"default": "rpi", "rpi": "rpi-lowmem"}
 CONFIG_POLL_SECONDS = 5.0
 RETRY_SECONDS = 60.0            # display that cannot be opened, model folder that is missing
 FAILURES_ON_PANEL = 3
+MAX_LOOP_ERRORS = 5              # unexpected errors in a row before the daemon gives up and exits
 BACKOFF_SECONDS = (0, 300, 1800, 7200, 21600)   # after 1, 2, 3, 4, 5+ failures in a row
 BROWSE = ("previous", "next", "latest")
 
@@ -125,6 +126,7 @@ class Daemon:
         self._control: ControlServer | None = None
         self._watchdog: Watchdog | None = None
         self._lock = None
+        self._loop_errors = 0
         state = self._load_state()
         self.last_new: dt.datetime | None = self._plausible(_parse_time(state.get("last_new")))
         self.shown_id: str | None = state.get("shown") if isinstance(state.get("shown"), str) else None
@@ -160,6 +162,15 @@ class Daemon:
                                  "(`systemctl stop slowframe`) or give this one its own --state-dir") from None
         self.reload(initial=True)
         saved = self.jobs.load()
+        if saved is not None and saved.handling:
+            saved.crashes += 1   # the daemon stopped while handling this job: a crash, or a power cut then
+            log.warning("job %s: the daemon stopped while %s it (%d time(s))", saved.job.id, saved.handling,
+                        saved.crashes, extra=_fields(saved.job))
+            saved.handling = None
+            self.jobs.save(saved)
+            if saved.crashes >= CRASHES_TO_SET_ASIDE:
+                self._set_aside(saved, f"the daemon stopped {saved.crashes} times while handling it")
+                saved = None
         if saved is not None:
             self.current = saved
             state = "finished, waiting to be shown" if saved.finished else "resuming from its checkpoints"
@@ -213,16 +224,48 @@ class Daemon:
             first = self.events.get(timeout=timeout) if timeout > 0 else self.events.get_nowait()
         except queue.Empty:
             first = None
-        if first is not None:
-            self._handle(first)
-            while True:
-                try:
-                    self._handle(self.events.get_nowait())
-                except queue.Empty:
-                    break
-        if not self._stop:
-            self._advance()
+        try:
+            if first is not None:
+                self._handle(first)
+                while True:
+                    try:
+                        self._handle(self.events.get_nowait())
+                    except queue.Empty:
+                        break
+            if not self._stop:
+                self._advance()
+            self._loop_errors = 0
+        except Exception as exc:
+            self._contain(exc)
         self._publish()
+
+    def _contain(self, exc: Exception) -> None:
+        """An unexpected error in the loop: the job it happened with gets a strike (set aside at the second);
+        with no job to blame, or one error after another, it is a bug, and the daemon exits for systemd."""
+        self._loop_errors += 1
+        log.exception("unexpected error (%d in a row): %s", self._loop_errors, exc)
+        state = self.current
+        if state is None or self._loop_errors > MAX_LOOP_ERRORS:
+            raise exc
+        state.crashes += 1
+        state.handling = None
+        if state.crashes >= CRASHES_TO_SET_ASIDE:
+            self._set_aside(state, f"the daemon failed on it {state.crashes} times: {type(exc).__name__}: {exc}")
+        else:
+            self.jobs.save(state)
+
+    def _set_aside(self, state, reason: str) -> None:
+        """Give up on ``state``'s job for good: its folder kept aside, the reason on the panel once, the frame moves on."""
+        if self._launched is not None:
+            self.runner.stop()
+            self._launched = None
+        job = state.job
+        self.jobs.set_aside(reason, job.id)
+        if self.current is state:
+            self.current = None
+            self.progress = None
+        self._error_screen = f"A picture was set aside ({job.theme}: {job.prompt[:80]}).\nWhy: {reason}"
+        self._save_state()
 
     def _handle_signals(self) -> None:
         while self._signals:
@@ -561,6 +604,16 @@ class Daemon:
                         event.message, job.preset, lower, extra=_fields(job))
             self.current = self.jobs.change_preset(state, lower)
             return
+        if not event.user_error and not event.oom:   # the worker crashed: a bug, or a flaky card or memory
+            state.crashes += 1
+            if state.crashes < CRASHES_TO_SET_ASIDE:
+                log.warning("job %s: %s (exit status %s); trying once more from its checkpoint", job.id,
+                            event.message, event.exit_code, extra=_fields(job))
+                self.jobs.save(state)
+                return   # _advance launches it again
+            self._set_aside(state, f"the generator crashed on it {state.crashes} times; the last time: "
+                                   f"{event.message}")
+            return
         self.failures += 1
         self.last_error = f"{job.theme}: {event.message}"
         log.error("job %s (%s: %r) failed: %s (exit status %s); moving on to the next theme", job.id, job.theme,
@@ -590,6 +643,8 @@ class Daemon:
             state.finished = None
             self.jobs.save(state)
             return
+        state.handling = "showing"   # cleared with the job below; still set after a crash in between
+        self.jobs.save(state)
         if self._refresh(lambda: self.display.show(image, caption=state.job.prompt), f"the new picture {state.job.id}"):
             self.last_new = now
         entry = self._store(state, shown=True)

@@ -9,16 +9,31 @@ model, preset...). ``JobStore`` keeps the current one in the state directory:
 
 so after a power cut, a crash or SIGKILL the daemon finds the same job, and the
 pipeline resumes from its newest checkpoint to the same picture.
+
+A job that crashes the worker or the daemon twice (``JobState.crashes``) is set aside:
+its folder moves to ``set-aside/<job id>/`` with a ``reason.txt``, so the frame moves on
+and the job can still be looked at. A job file that cannot be a job is set aside too.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from engine import json_limits
 from engine.atomic import write_bytes
+from frame.userfiles import UserFileError, clean_text, read_user_text
+
+log = logging.getLogger("slowframe.jobs")
+CRASHES_TO_SET_ASIDE = 2
+KEEP_SET_ASIDE = 5            # the newest set-aside jobs kept for a look; older ones are deleted
+MAX_JOB_FILE_BYTES = 1024 * 1024
+
+
+_FIELD_TYPES = {"str": (str,), "str | None": (str, type(None)), "int": (int,), "float": (int, float), "bool": (bool,)}
 
 
 @dataclass(frozen=True)
@@ -47,10 +62,18 @@ class Job:
 
     @classmethod
     def from_json(cls, data: dict) -> Job:
-        """A job as ``to_json`` wrote it, or as an older frame did (its key "negative" is ``negative_prompt``)."""
-        known = {f.name for f in fields(cls)}
+        """A job as ``to_json`` wrote it, or as an older frame did (its key "negative" is ``negative_prompt``);
+        ValueError naming the field when one has the wrong type or text the frame cannot carry."""
+        known = {f.name: f for f in fields(cls)}
         data = {"negative_prompt": data["negative"], **data} if "negative" in data else data
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        for name, value in values.items():
+            allowed = _FIELD_TYPES[known[name].type]
+            if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+                raise ValueError(f"{name} has the wrong type ({type(value).__name__})")
+            if isinstance(value, str) and (why := clean_text(value)[1]):
+                raise ValueError(f"{name} {why}")
+        return cls(**values)
 
 
 @dataclass
@@ -63,6 +86,8 @@ class JobState:
     seconds_per_step: float | None = None
     oom_retries: int = 0
     metadata: dict = field(default_factory=dict)   # what the pipeline reported with its result
+    crashes: int = 0                  # worker or daemon crashes while this job was worked on
+    handling: str | None = None       # what the daemon was doing with it, while it was doing it
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -71,9 +96,19 @@ class JobState:
 
     @classmethod
     def from_json(cls, data: dict) -> JobState:
-        return cls(job=Job.from_json(data["job"]), started=data.get("started"), finished=data.get("finished"),
-                   seconds_per_step=data.get("seconds_per_step"), oom_retries=int(data.get("oom_retries", 0)),
-                   metadata=dict(data.get("metadata") or {}))
+        def text(key: str) -> str | None:
+            return data.get(key) if isinstance(data.get(key), str) else None
+
+        def number(key: str) -> float | None:
+            value = data.get(key)
+            return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+        if not isinstance(data.get("job"), dict):
+            raise ValueError("no job in it")
+        return cls(job=Job.from_json(data["job"]), started=text("started"), finished=text("finished"),
+                   seconds_per_step=number("seconds_per_step"), oom_retries=int(number("oom_retries") or 0),
+                   metadata=data["metadata"] if isinstance(data.get("metadata"), dict) else {},
+                   crashes=int(number("crashes") or 0), handling=text("handling"))
 
 
 class JobStore:
@@ -96,14 +131,17 @@ class JobStore:
         return self.folder / "result.png"
 
     def load(self) -> JobState | None:
-        """The saved job, or None; an unreadable job.json is set aside (job.json.bad) and None returned."""
+        """The saved job, or None; a job.json that cannot be a job is set aside (its reason logged) and None
+        returned."""
         try:
-            data = json.loads(self.spec_path.read_text(encoding="utf-8"))
+            data = json_limits.loads(read_user_text(self.spec_path, MAX_JOB_FILE_BYTES).encode(), 16)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
             state = JobState.from_json(data)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError):
-            self.spec_path.replace(self.spec_path.with_suffix(".json.bad"))
+        except (UserFileError, ValueError, KeyError, TypeError) as exc:
+            self.set_aside(f"its job.json cannot be a job: {exc}")
             return None
         if state.finished and not self.result_path.exists():
             state.finished = None   # the picture was lost (e.g. a power cut before it reached the disk)
@@ -128,6 +166,23 @@ class JobStore:
                             "oom_retries": state.oom_retries + 1})
         self.save(state)
         return state
+
+    def set_aside(self, reason: str, job_id: str | None = None) -> Path:
+        """Move the job's folder to ``set-aside/<job id>/`` with ``reason.txt``; keep the newest KEEP_SET_ASIDE."""
+        aside = self.folder.parent / "set-aside"
+        aside.mkdir(exist_ok=True)
+        name = job_id if job_id and job_id.replace("-", "").isalnum() else "job"
+        target, n = aside / name, 1
+        while target.exists():
+            n += 1
+            target = aside / f"{name}~{n}"
+        self.folder.rename(target)
+        (target / "reason.txt").write_text(reason + "\n", encoding="utf-8", errors="backslashreplace")
+        self.folder.mkdir()
+        log.error("job %s set aside in %s: %s", job_id or "?", target, reason)
+        for old in sorted(aside.iterdir(), key=lambda p: p.stat().st_mtime)[:-KEEP_SET_ASIDE]:
+            shutil.rmtree(old, ignore_errors=True)
+        return target
 
     def clear(self) -> None:
         """Forget the current job (after it is shown, skipped or given up)."""

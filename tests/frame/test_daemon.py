@@ -349,17 +349,20 @@ def test_out_of_memory_retries_once_with_the_lower_preset_then_moves_on(frame):
 
 
 def test_repeated_failures_back_off_and_go_on_the_panel(frame):
-    frame.runner.fail("a bad tensor")
+    # a user's problem (a bad model file): on the panel at once, since only the user can fix it
+    frame.runner.fail("a bad tensor", user_error=True)
     frame.step()
     assert frame.runner.job.theme == "hills"            # the first failure: straight on
-    frame.runner.fail("a bad tensor")
+    assert "a bad tensor" in frame.daemon._error_on_panel and frame.display.refreshes == 1
+    frame.runner.fail("a bad tensor", user_error=True)
     frame.step()
     assert frame.runner.job is None                     # the second: wait 5 minutes
     assert frame.daemon.snapshot["message"].startswith("error: hills: a bad tensor; next try at 06:05")
     frame.at(6, 5)
-    frame.runner.fail("a bad tensor")
+    frame.runner.fail("a bad tensor", user_error=True)
     frame.step()
-    assert frame.display.refreshes == 1                 # the third: on the panel
+    frame.at(6, 9)                                      # once the panel has rested
+    assert frame.daemon._error_on_panel.startswith("3 picture(s) in a row failed")
     frame.at(6, 35)
     frame.runner.finish()
     frame.step()
@@ -553,3 +556,76 @@ def test_a_damaged_saved_state_starts_afresh_instead_of_crashing(tmp_path, state
         assert len(f.history()) == 1
     finally:
         f.close()
+
+
+def set_aside(root: Path) -> list[Path]:
+    folder = root / "state" / "set-aside"
+    return sorted(folder.iterdir()) if folder.exists() else []
+
+
+def test_a_worker_crash_resumes_the_job_once_and_the_second_sets_it_aside(frame):
+    first = frame.runner.job
+    frame.runner.fail("the generator was killed by signal SIGSEGV", code=-11)
+    frame.step()
+    assert frame.runner.job.id == first.id                 # once more, from its checkpoints
+    frame.runner.fail("the generator was killed by signal SIGSEGV", code=-11)
+    frame.step()
+    assert frame.runner.job.theme == "hills"               # the frame moved on
+    [aside] = set_aside(frame.root)
+    assert aside.name == first.id and (aside / "job.json").exists()
+    assert "crashed on it 2 times" in (aside / "reason.txt").read_text()
+    assert frame.display.refreshes == 1                    # the reason on the panel, once
+    frame.step()
+    assert frame.display.refreshes == 1
+
+
+def test_an_error_while_showing_a_picture_is_contained_and_the_second_sets_the_job_aside(frame, monkeypatch):
+    frame.runner.finish()
+    monkeypatch.setattr(frame.daemon.history, "add", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bug")))
+    frame.at(6, 30)
+    assert frame.daemon.current is not None and frame.daemon.current.crashes == 1
+    frame.at(7, 0)                                         # the next time it is due: the second try
+    assert frame.daemon.current is None or frame.daemon.current.job.theme == "hills"
+    assert len(set_aside(frame.root)) == 1
+    monkeypatch.undo()
+    frame.step()                                           # the next turn starts the next theme
+    frame.runner.finish()
+    frame.at(19, 0)
+    assert frame.history() == ["hills"]                    # the daemon lived on
+
+
+def test_a_daemon_that_died_twice_while_showing_a_job_sets_it_aside_on_start(tmp_path):
+    f = Frame(tmp_path)
+    f.runner.finish()
+    f.step()
+    job_file = tmp_path / "state" / "job" / "job.json"
+    f.close()
+    for _ in range(2):                                     # as if it died mid-show, twice
+        saved = json.loads(job_file.read_text())
+        saved["handling"] = "showing"
+        job_file.write_text(json.dumps(saved))
+        g = Frame(tmp_path, start=dt.datetime(2025, 3, 1, 5, 0))
+        g.close()
+    assert len(set_aside(tmp_path)) == 1
+    assert "stopped 2 times while handling it" in (set_aside(tmp_path)[0] / "reason.txt").read_text()
+
+
+@pytest.mark.parametrize("edit", [
+    lambda job: job.update(prompt="mountains \ud800 above a lake"),
+    lambda job: job.update(seed="7"),
+    lambda job: job.update(steps=None),
+    lambda job: job.pop("prompt"),
+])
+def test_a_job_file_that_cannot_be_a_job_is_set_aside_and_the_frame_starts(tmp_path, edit):
+    f = Frame(tmp_path)
+    job_file = tmp_path / "state" / "job" / "job.json"
+    f.close()
+    saved = json.loads(job_file.read_text())
+    edit(saved["job"])
+    job_file.write_text(json.dumps(saved))
+    g = Frame(tmp_path)
+    try:
+        assert len(set_aside(tmp_path)) == 1 and "cannot be a job" in (set_aside(tmp_path)[0] / "reason.txt").read_text()
+        assert g.runner.job is not None                     # a new job started
+    finally:
+        g.close()
