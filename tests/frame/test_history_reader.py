@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from PIL import Image, PngImagePlugin
+from PIL import Image
 
 from frame.history import History, parameters_text
 from frame.pictures import PictureError, open_picture
