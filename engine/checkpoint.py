@@ -98,10 +98,17 @@ def read_file(path: Path) -> Checkpoint:
     start = len(MAGIC) + 8
     try:
         header = json_limits.loads(data[start:start + n], 32)
+        if not isinstance(header, dict) or not isinstance(header.get("meta"), dict) \
+                or not isinstance(header.get("arrays"), dict):
+            raise ValueError("the header is not {meta: {...}, arrays: {...}}")
         payload = memoryview(data)[start + n:-32]
         arrays = {}
         for name, e in header["arrays"].items():
-            raw = payload[e["offset"]:e["offset"] + e["nbytes"]]
+            begin, nbytes = e["offset"], e["nbytes"]
+            whole = isinstance(begin, int) and isinstance(nbytes, int)
+            if not (whole and 0 <= begin <= begin + nbytes <= len(payload)):
+                raise ValueError(f"array {name!r} lies outside the file")
+            raw = payload[begin:begin + nbytes]
             arrays[name] = np.frombuffer(raw, dtype=np.dtype(e["dtype"])).reshape(e["shape"]).copy()
         return Checkpoint(path, header["meta"], arrays)
     except (ValueError, KeyError, TypeError) as e:

@@ -255,7 +255,8 @@ class Daemon:
             self.jobs.save(state)
 
     def _set_aside(self, state, reason: str) -> None:
-        """Give up on ``state``'s job for good: its folder kept aside, the reason on the panel once, the frame moves on."""
+        """Give up on ``state``'s job for good: its folder kept aside, the reason on the panel once, and the
+        frame moves on."""
         if self._launched is not None:
             self.runner.stop()
             self._launched = None

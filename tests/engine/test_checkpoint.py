@@ -9,6 +9,8 @@ import subprocess
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine.checkpoint import MAGIC, CheckpointDir, CorruptCheckpoint, read_file, write_file
 from engine.errors import StorageError
@@ -149,3 +151,32 @@ def test_a_deeply_nested_header_is_a_corrupt_checkpoint(tmp_path):
     (tmp_path / "x.ckpt").write_bytes(body + hashlib.sha256(body).digest())
     with pytest.raises(CorruptCheckpoint, match="bad header"):
         read_file(tmp_path / "x.ckpt")
+
+
+def _valid_checkpoint_bytes(tmp_path) -> bytes:
+    write_file(tmp_path / "good.ckpt", {"step": 3, "job": {"prompt": "a sea"}}, arrays(3))
+    return (tmp_path / "good.ckpt").read_bytes()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(min_value=0, max_value=4000), flips=st.lists(
+    st.tuples(st.integers(min_value=0, max_value=4000), st.integers(min_value=0, max_value=255)), max_size=4),
+    header=st.none() | st.binary(max_size=300), rehash=st.booleans())
+def test_damaged_or_forged_checkpoints_are_only_ever_corrupt_checkpoints(tmp_path, cut, flips, header, rehash):
+    """Bytes a power cut or a bad card may leave, and forged ones with a valid checksum over a bad header."""
+    data = bytearray(_valid_checkpoint_bytes(tmp_path))[:-32]
+    if header is not None:   # a header of any bytes, then the arrays as they were
+        (n,) = struct.unpack_from("<Q", data, len(MAGIC))
+        data = bytearray(MAGIC + struct.pack("<Q", len(header)) + header) + data[len(MAGIC) + 8 + n:]
+    for where, value in flips:
+        data[where % len(data)] = value
+    data = data[: max(cut, 1)] if cut < len(data) else data
+    body = bytes(data)
+    path = tmp_path / "x.ckpt"
+    path.write_bytes(body + (hashlib.sha256(body).digest() if rehash else b"\0" * 32))
+    try:
+        checkpoint = read_file(path)
+    except CorruptCheckpoint:
+        return
+    assert isinstance(checkpoint.meta, dict)
+    assert all(isinstance(a, np.ndarray) for a in checkpoint.arrays.values())
