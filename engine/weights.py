@@ -254,7 +254,13 @@ class TensorStore:
                 raw = np.frombuffer(window, dtype=np.uint8, count=n * itemsize, offset=at - base)
                 self._convert(convert, raw, dst, start, n, itemsize, align)
                 del raw
-                window.close()
+                try:
+                    window.close()
+                except BufferError:
+                    # a pool thread may hold its finished piece (a view of the mapping) a moment
+                    # after its result arrived; the mapping is unmapped with its last reference
+                    pass
+                del window
                 continue
             if scratch is None:
                 scratch = np.empty(min(step, dst.size) * itemsize, dtype=np.uint8)

@@ -221,3 +221,19 @@ def test_read_rows_equals_slicing_the_whole_tensor(tiny_unet, tmp_path):
         assert np.array_equal(store.read_rows(name, 5, 37), whole[5:37])
         assert np.array_equal(store.read_rows(name, 0, whole.shape[0]), whole)
         store.close()
+
+
+def test_a_piece_a_pool_thread_still_holds_does_not_fail_the_read(tiny_unet, monkeypatch):
+    """ThreadPoolExecutor drops a finished task (and the view of the mapping it holds) a moment after its
+    result arrives; closing the mapping in that moment raised BufferError and killed a run."""
+    expected = _read_everything(tiny_unet.folder)
+    monkeypatch.setattr(weights, "CHUNK_BYTES", 4096)
+    held = []
+
+    def late_release(part, start, stop, elements, threads=0):
+        part(start, stop)
+        held.append(part)   # as the pool's work item does, until its thread moves on
+    monkeypatch.setattr(weights, "in_parallel", late_release)
+    for name, t in _read_everything(tiny_unet.folder).items():
+        assert np.array_equal(t, expected[name]), name
+        held.clear()
