@@ -630,3 +630,33 @@ def test_a_job_file_that_cannot_be_a_job_is_set_aside_and_the_frame_starts(tmp_p
         assert g.runner.job is not None                     # a new job started
     finally:
         g.close()
+
+
+def test_a_truncated_history_picture_browsed_to_is_an_error_screen_not_a_dead_daemon(frame):
+    frame.runner.finish()
+    frame.at(6, 30)                                        # the first picture goes up and into the history
+    [entry] = frame.daemon.history.entries()
+    data = entry.image.read_bytes()
+    entry.image.write_bytes(data[: len(data) // 3])         # a power cut while the card was being written
+    frame.daemon.cursor = None
+    frame.daemon.handle_request({"command": "show", "which": "latest"})
+    frame.daemon.shown_id = None
+    frame.at(6, 40)
+    assert "cannot be read" in (frame.daemon._error_on_panel or frame.daemon._error_screen or "")
+    assert frame.daemon.handle_request({"command": "status"})["ok"]
+
+
+def test_showing_a_decompression_bomb_is_refused_and_the_daemon_lives(frame, tmp_path):
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 1, 0, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(b"\0" * 2501 * 64)) + chunk(b"IEND", b""))
+    assert bomb.stat().st_size < 48_000
+    assert frame.daemon.handle_request({"command": "show", "image": str(bomb)})["ok"]
+    frame.step()
+    assert frame.display.refreshes == 0 and frame.runner.job is not None
+    assert frame.daemon.handle_request({"command": "status"})["ok"]
