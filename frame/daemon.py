@@ -127,6 +127,7 @@ class Daemon:
         self._watchdog: Watchdog | None = None
         self._lock = None
         self._loop_errors = 0
+        self._disk_error: str | None = None
         state = self._load_state()
         self.last_new: dt.datetime | None = self._plausible(_parse_time(state.get("last_new")))
         self.shown_id: str | None = state.get("shown") if isinstance(state.get("shown"), str) else None
@@ -235,6 +236,7 @@ class Daemon:
             if not self._stop:
                 self._advance()
             self._loop_errors = 0
+            self._disk_error = None
         except Exception as exc:
             self._contain(exc)
         self._publish()
@@ -242,6 +244,11 @@ class Daemon:
     def _contain(self, exc: Exception) -> None:
         """An unexpected error in the loop: the job it happened with gets a strike (set aside at the second);
         with no job to blame, or one error after another, it is a bug, and the daemon exits for systemd."""
+        if isinstance(exc, OSError):   # the disk (full, failing), not the job: the next turn tries again
+            if self._disk_error != str(exc):
+                log.error("cannot use the state folder: %s; the frame keeps trying", exc)
+            self._disk_error = str(exc)
+            return
         self._loop_errors += 1
         log.exception("unexpected error (%d in a row): %s", self._loop_errors, exc)
         state = self.current
@@ -249,10 +256,13 @@ class Daemon:
             raise exc
         state.crashes += 1
         state.handling = None
-        if state.crashes >= CRASHES_TO_SET_ASIDE:
-            self._set_aside(state, f"the daemon failed on it {state.crashes} times: {type(exc).__name__}: {exc}")
-        else:
-            self.jobs.save(state)
+        try:
+            if state.crashes >= CRASHES_TO_SET_ASIDE:
+                self._set_aside(state, f"the daemon failed on it {state.crashes} times: {type(exc).__name__}: {exc}")
+            else:
+                self.jobs.save(state)
+        except OSError as disk:
+            log.error("cannot record the failure on the disk: %s", disk)
 
     def _set_aside(self, state, reason: str) -> None:
         """Give up on ``state``'s job for good: its folder kept aside, the reason on the panel once, and the
@@ -441,6 +451,8 @@ class Daemon:
             return {"ok": True, "message": f"{command}: queued"}
         if command == "show":
             which, image = request.get("which"), request.get("image")
+            if image is not None and not isinstance(image, str):
+                return {"ok": False, "message": "show: \"image\" must be the path of a picture file"}
             if image is not None:
                 self.events.put(Action("image", "control socket", image=str(image)))
                 return {"ok": True, "message": f"showing {image} next"}
@@ -523,8 +535,9 @@ class Daemon:
             self._show_when_due()
         if self.current is None:
             self._start_next()      # straight after a picture went up: the next one is made ahead
-        elif self.current.finished is None and self._launched is None:
-            self._launch()          # a job found at start-up, or one retried with another preset
+        elif self.current.finished is None and self._launched is None and \
+                (self._retry_at is None or self.clock.now() >= self._retry_at):
+            self._launch()          # a job found at start-up, retried with another preset, or after a full disk
         self._show_pending_error()
 
     def _start_next(self) -> None:
@@ -571,6 +584,7 @@ class Daemon:
     def _launch(self) -> None:
         job = self.current.job
         self.progress = None
+        self._retry_at = None
         self.runner.start(job, self.jobs.checkpoint_dir, self.jobs.result_path, self.jobs.folder / "worker.lock")
         self._launched = job.id
 
@@ -604,6 +618,12 @@ class Daemon:
             log.warning("job %s: %s with preset %s; trying once more with %s (starting over)", job.id,
                         event.message, job.preset, lower, extra=_fields(job))
             self.current = self.jobs.change_preset(state, lower)
+            return
+        if event.retry_later:   # a full or failing disk: the job and its checkpoints wait for it
+            self.last_error = f"{job.theme}: {event.message}"
+            self._retry_at = self.clock.now() + dt.timedelta(seconds=RETRY_SECONDS)
+            log.error("job %s: %s; trying again %s", job.id, event.message,
+                      describe_wait(self._retry_at, self.clock.now()), extra=_fields(job))
             return
         if not event.user_error and not event.oom:   # the worker crashed: a bug, or a flaky card or memory
             state.crashes += 1

@@ -25,6 +25,7 @@ memory (MemoryError; the kernel's OOM killer shows as SIGKILL).
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import importlib
 import inspect
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.atomic import atomic_write
-from engine.errors import Cancelled, EngineError
+from engine.errors import Cancelled, EngineError, StorageError
 from frame.jobs import Job
 
 DEFAULT_GENERATOR = "frame.worker:load_sdxl"
@@ -91,6 +92,16 @@ class Failed:
     oom: bool = False
     cancelled: bool = False
     user_error: bool = False
+    retry_later: bool = False   # the disk was full or failing: the same job can go on once it is not
+
+
+def oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has killed since boot (/proc/vmstat), None if unknown."""
+    try:
+        with open("/proc/vmstat", encoding="ascii") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("oom_kill ")), None)
+    except OSError:
+        return None
 
 
 class ChildRunner:
@@ -122,6 +133,7 @@ class ChildRunner:
                    "output": str(output), "lock": str(lock), "parent": os.getpid()}
         self._job = job
         self._stopping = False
+        self._oom_kills = oom_kills()
         self._proc = subprocess.Popen([self.python, "-m", "frame.worker"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
                                       start_new_session=True, close_fds=True)
@@ -176,11 +188,15 @@ class ChildRunner:
             return
         if self._stopping or code == EXIT_CANCELLED:   # asked by us, or SIGTERM from outside (it resumes)
             self.post(Failed(job.id, "stopped", code, cancelled=True))
+        elif code == -signal.SIGKILL and self._oom_kills is not None and oom_kills() == self._oom_kills:
+            # killed by someone, not by the OOM killer: a crash, not a reason for a smaller preset
+            self.post(Failed(job.id, "the generator was killed by SIGKILL (not by the kernel's OOM killer)", code))
         elif code in (-signal.SIGKILL, EXIT_OOM):
             self.post(Failed(job.id, "the generator ran out of memory" + (
                 " (killed by the kernel's OOM killer)" if code == -signal.SIGKILL else ""), code, oom=True))
         elif error is not None:
-            self.post(Failed(job.id, str(error.get("message")), code, user_error=code == EXIT_USER))
+            self.post(Failed(job.id, str(error.get("message")), code, user_error=code == EXIT_USER,
+                             retry_later=bool(error.get("retry_later"))))
         elif code is not None and code < 0:
             self.post(Failed(job.id, f"the generator was killed by signal {signal.Signals(-code).name}", code))
         else:
@@ -330,7 +346,9 @@ def main() -> int:
         user = isinstance(exc, (EngineError, OSError))   # bad or missing model files, paths, permissions
         if not user:
             traceback.print_exc()
-        emit({"event": "error", "message": str(exc) or type(exc).__name__})
+        disk = isinstance(exc, StorageError) or \
+            (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT))
+        emit({"event": "error", "message": str(exc) or type(exc).__name__, "retry_later": disk})
         return EXIT_USER if user else EXIT_INTERNAL
 
 

@@ -18,7 +18,7 @@ class Daemon:
     """`python -m frame.cli run` in a temporary folder, with a notify socket and the fake generator."""
 
     def __init__(self, root: Path, config: str, watchdog_usec: int | None = None,
-                 generator: str = "frame_fakes:load_fake"):
+                 generator: str = "frame_fakes:load_fake", state_dir: Path | None = None):
         self.root = root
         self.notify_path = root / "notify.sock"
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -32,7 +32,7 @@ class Daemon:
             env["WATCHDOG_USEC"] = str(watchdog_usec)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "frame.cli", "run", "--config", str(root / "frame.yaml"),
-             "--state-dir", str(root / "state"), "--runtime-dir", str(root / "run"),
+             "--state-dir", str(state_dir or root / "state"), "--runtime-dir", str(root / "run"),
              "--generator", generator], env=env, stdout=self.log, stderr=self.log, cwd=root)
 
     def wait_for(self, predicate, what: str, timeout: float = 60) -> str:

@@ -6,7 +6,8 @@ progress after every step, writes an atomic checkpoint after every step into
 ``cancel`` is set (raising engine.errors.Cancelled), and returns an image of the asked
 size with metadata. Its behaviour comes from ``fake.json`` in the "model" folder:
 ``step_seconds`` (time per step), ``oom_presets`` (presets under which it dies as the
-kernel's OOM killer would make it), ``fail`` (an error message to raise). Every call is
+kernel's OOM killer would make it, or with ``oom_kind: memoryerror`` of a MemoryError), ``fail`` (an error message to raise; a ModelFileError,
+or with ``fail_kind: storage`` a StorageError, as a full disk gives). Every call is
 appended to ``calls.log`` there, so tests can see presets, resumes and finishes.
 """
 
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from engine.errors import Cancelled, ModelFileError
+from engine.errors import Cancelled, ModelFileError, StorageError
 
 
 def write_fake_model(folder: Path, **behaviour) -> Path:
@@ -69,7 +70,8 @@ class FakePipeline:
                  sampler="euler", turbo=False, init_noise=None, checkpoint_dir=None, restart=False,
                  on_progress=None, cancel: threading.Event | None = None) -> FakeResult:
         if self.behaviour.get("fail"):
-            raise ModelFileError(self.behaviour["fail"])
+            kind = StorageError if self.behaviour.get("fail_kind") == "storage" else ModelFileError
+            raise kind(self.behaviour["fail"])
         spec = {"prompt": prompt, "negative_prompt": negative_prompt, "seed": seed, "steps": steps,
                 "size": [width, height], "sampler": sampler, "guidance": guidance, "preset": self.preset}
         ckpt = Path(checkpoint_dir) / "fake.ckpt.json" if checkpoint_dir else None
@@ -83,6 +85,8 @@ class FakePipeline:
             start, state = saved["step"], np.array(saved["state"])
         self._log(event="start", prompt=prompt, seed=seed, preset=self.preset, resumed_from=start, pid=os.getpid())
         if self.preset in self.behaviour.get("oom_presets", []):
+            if self.behaviour.get("oom_kind") == "memoryerror":
+                raise MemoryError()   # Python's own out of memory, which the worker reports as such
             os.kill(os.getpid(), signal.SIGKILL)
         for step in range(start, steps):
             if cancel is not None and cancel.wait(self.behaviour.get("step_seconds", 0.0)):
@@ -173,8 +177,10 @@ class ManualRunner:
         job, self.job = self.job, None
         self.post(Finished(job.id, self.output, {"model": "fake"}, 60.0))
 
-    def fail(self, message: str = "boom", oom: bool = False, user_error: bool = False, code: int = 3) -> None:
+    def fail(self, message: str = "boom", oom: bool = False, user_error: bool = False, code: int = 3,
+             retry_later: bool = False) -> None:
         from frame.worker import Failed
 
         job, self.job = self.job, None
-        self.post(Failed(job.id, message, -9 if oom else code, oom=oom, user_error=user_error))
+        self.post(Failed(job.id, message, -9 if oom else code, oom=oom, user_error=user_error,
+                         retry_later=retry_later))

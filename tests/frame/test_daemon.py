@@ -660,3 +660,32 @@ def test_showing_a_decompression_bomb_is_refused_and_the_daemon_lives(frame, tmp
     frame.step()
     assert frame.display.refreshes == 0 and frame.runner.job is not None
     assert frame.daemon.handle_request({"command": "status"})["ok"]
+
+
+def test_a_full_disk_while_storing_a_picture_is_waited_out_without_a_strike(frame, monkeypatch):
+    import errno
+
+    frame.runner.finish()
+    real_add = frame.daemon.history.add
+    monkeypatch.setattr(frame.daemon.history, "add",
+                        lambda *a, **k: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")))
+    for minute in (30, 31, 32, 33):
+        frame.at(6, minute)
+    assert frame.daemon.current is not None and frame.daemon.current.crashes == 0
+    monkeypatch.setattr(frame.daemon.history, "add", real_add)
+    frame.at(7, 0)
+    assert frame.history() == ["sea"] and not set_aside(frame.root)
+
+
+def test_a_job_stopped_by_a_full_disk_waits_and_goes_on_with_its_checkpoints(frame):
+    first = frame.runner.job
+    frame.runner.progress(5, seconds_per_step=60)
+    frame.step()
+    frame.runner.fail("cannot write the checkpoint: No space left on device", user_error=True, code=1,
+                      retry_later=True)
+    frame.step()
+    assert frame.daemon.current.job.id == first.id and frame.runner.job is None      # kept, not yet relaunched
+    frame.clock.advance(seconds=61)
+    frame.step()
+    assert frame.runner.job.id == first.id                                          # the same job goes on
+    assert not set_aside(frame.root)

@@ -21,6 +21,7 @@ from daemon_processes import ENV, Daemon
 from frame.cli import main
 from frame.control import request
 from frame.jobs import Job
+from frame import worker
 from frame.worker import ChildRunner, Failed, Finished, JobProgress
 from frame_fakes import FakePipeline, calls, write_fake_model
 
@@ -85,10 +86,27 @@ def test_stopped_worker_keeps_its_checkpoint_and_resumes_to_the_same_picture(tmp
     assert calls(model)[-1]["state"] == uninterrupted_state(job)
 
 
-def test_worker_killed_for_memory_is_reported_as_out_of_memory(tmp_path):
+def test_worker_killed_for_memory_is_reported_as_out_of_memory(tmp_path, monkeypatch):
+    kills = iter([7, 8])                       # the kernel's OOM kill count went up meanwhile
+    monkeypatch.setattr(worker, "oom_kills", lambda: next(kills))
     model = write_fake_model(tmp_path / "model", oom_presets=["rpi"])
     [failed] = run_worker(make_job(model), tmp_path / "job")
     assert isinstance(failed, Failed) and failed.oom and failed.exit_code == -signal.SIGKILL
+
+
+def test_a_sigkill_not_from_the_oom_killer_is_a_crash_not_a_reason_for_a_smaller_preset(tmp_path, monkeypatch):
+    monkeypatch.setattr(worker, "oom_kills", lambda: 7)   # unchanged: someone else sent SIGKILL
+    model = write_fake_model(tmp_path / "model", oom_presets=["rpi"])
+    [failed] = run_worker(make_job(model), tmp_path / "job")
+    assert isinstance(failed, Failed) and not failed.oom and not failed.user_error
+    assert "not by the kernel's OOM killer" in failed.message
+
+
+def test_a_full_disk_in_the_worker_is_reported_for_a_later_retry(tmp_path):
+    model = write_fake_model(tmp_path / "model", fail="cannot write the checkpoint x: No space left on device",
+                             fail_kind="storage")
+    [failed] = run_worker(make_job(model), tmp_path / "job")
+    assert isinstance(failed, Failed) and failed.retry_later and failed.user_error
 
 
 def test_worker_errors_are_reported_with_their_message(tmp_path):
@@ -185,7 +203,8 @@ def test_sigterm_stops_cleanly_and_keeps_the_job(tmp_path, daemons):
 
 
 def test_out_of_memory_in_the_worker_is_retried_with_the_lower_preset(tmp_path, daemons):
-    model = write_fake_model(tmp_path / "model", oom_presets=["rpi"])
+    # a MemoryError: the daemon in its own process cannot be shown a rising OOM-kill count
+    model = write_fake_model(tmp_path / "model", oom_presets=["rpi"], oom_kind="memoryerror")
     d = daemons()
     d.wait_for(lambda m: m.startswith("READY=1"), "READY")
     deadline = time.monotonic() + 60

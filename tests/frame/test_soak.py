@@ -1,0 +1,53 @@
+"""A short soak of a real `slowframe run` under random disturbance (tests/soak.py has the whole story)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from soak import Soak
+
+SECONDS = float(os.environ.get("SLOWFRAME_SOAK_SECONDS", "90"))
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from engine.sdxl.random_model import write_random_model
+
+    return write_random_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture
+def state_disk(tmp_path):
+    """The state folder on a 48 MB tmpfs of its own, so the soak can fill the disk; None without root."""
+    disk = tmp_path / "state"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        yield None
+        return
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def regenerate(model):
+    from engine.sdxl import Pipeline
+
+    pipe = Pipeline.load(model, preset="default")
+
+    def make(record: dict):
+        return pipe.generate(record["prompt"], negative_prompt=record.get("negative_prompt") or None,
+                             steps=record["steps"], guidance=record["guidance"], seed=record["seed"],
+                             width=record["width"], height=record["height"], sampler=record["sampler"]).image
+    return make
+
+
+def test_a_disturbed_daemon_keeps_answering_and_loses_no_picture(tmp_path, tiny_model, state_disk):
+    soak = Soak(tmp_path, tiny_model, state_disk or tmp_path / "state", seed=2026, disk_full=state_disk is not None)
+    counts = soak.run(SECONDS)
+    counts = soak.check(compare=4, regenerate=regenerate(tiny_model))
+    print(counts.summary())
+    assert not counts.failures, "\n".join(counts.failures) + "\n" + (tmp_path / "daemon.log").read_text()[-3000:]
+    assert counts.pictures >= 1 and counts.compared >= 1 and counts.status_checks >= 20
