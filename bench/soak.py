@@ -10,8 +10,6 @@ which. The state folder is a 48 MB tmpfs when run as root (for the disk-full per
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -19,7 +17,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from soak import Soak  # noqa: E402
+from small_disk import small_disk  # noqa: E402
+from soak import Soak, undisturbed  # noqa: E402
 
 
 def main() -> int:
@@ -28,27 +27,16 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--compare", type=int, default=10, help="history pictures to compare with an undisturbed run")
     args = parser.parse_args()
-    from engine.sdxl import Pipeline
     from engine.sdxl.random_model import write_random_model
 
     with tempfile.TemporaryDirectory(prefix="slowframe-soak-") as folder:
         root = Path(folder)
         model = write_random_model(root / "model")
         state = root / "state"
-        state.mkdir()
-        mounted = os.geteuid() == 0 and subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(state)], capture_output=True).returncode == 0
-        try:
+        with small_disk(state, "48m") as mounted:
             soak = Soak(root, model, state, seed=args.seed, disk_full=mounted)
             soak.run(args.seconds)
-            pipe = Pipeline.load(model, preset="default")
-            counts = soak.check(args.compare, lambda r: pipe.generate(
-                r["prompt"], negative_prompt=r.get("negative_prompt") or None, steps=r["steps"],
-                guidance=r["guidance"], seed=r["seed"], width=r["width"], height=r["height"],
-                sampler=r["sampler"]).image)
-        finally:
-            if mounted:
-                subprocess.run(["umount", "-l", str(state)], check=False)
+            counts = soak.check(args.compare, undisturbed(model))
     print(f"soak, seed {args.seed}: {counts.summary()}")
     for failure in counts.failures:
         print(f"  BROKEN: {failure}")

@@ -86,6 +86,19 @@ class Counts:
                 f"{len(self.failures)} broken invariants")
 
 
+def undisturbed(model: Path):
+    """record -> the picture an undisturbed pipeline makes from a history record's prompt and seed."""
+    from engine.sdxl import Pipeline
+
+    pipe = Pipeline.load(model, preset="default")
+
+    def make(record: dict):
+        return pipe.generate(record["prompt"], negative_prompt=record.get("negative_prompt") or None,
+                             steps=record["steps"], guidance=record["guidance"], seed=record["seed"],
+                             width=record["width"], height=record["height"], sampler=record["sampler"]).image
+    return make
+
+
 class Soak:
     """One soak in ``root``; ``state`` may be a small filesystem of its own for the disk-full periods."""
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-import subprocess
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 
 from engine.checkpoint import MAGIC, CheckpointDir, CorruptCheckpoint, read_file, write_file
 from engine.errors import StorageError
+from small_disk import small_disk as mounted_disk
 
 
 def arrays(seed: int) -> dict[str, np.ndarray]:
@@ -99,14 +99,11 @@ def test_clear_removes_every_checkpoint_of_the_job(tmp_path):
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 256 KB filesystem of its own (tmpfs), so the disk really fills; needs root and mount."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("mounting a small tmpfs needs root and the mount command")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    """A 256 KB filesystem of its own, so the disk really fills."""
+    with mounted_disk(tmp_path / "disk", "256k") as mounted:
+        if not mounted:
+            pytest.skip("mounting a small tmpfs needs root and the mount command")
+        yield tmp_path / "disk"
 
 
 def test_a_full_disk_is_a_clear_error_and_the_run_resumes_when_space_returns(small_disk):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
-from soak import Soak
+from small_disk import small_disk
+from soak import Soak, undisturbed
 
 SECONDS = float(os.environ.get("SLOWFRAME_SOAK_SECONDS", "90"))
 
@@ -21,33 +21,15 @@ def tiny_model(tmp_path_factory):
 
 @pytest.fixture
 def state_disk(tmp_path):
-    """The state folder on a 48 MB tmpfs of its own, so the soak can fill the disk; None without root."""
-    disk = tmp_path / "state"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)],
-                                           capture_output=True).returncode != 0:
-        yield None
-        return
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=False)
-
-
-def regenerate(model):
-    from engine.sdxl import Pipeline
-
-    pipe = Pipeline.load(model, preset="default")
-
-    def make(record: dict):
-        return pipe.generate(record["prompt"], negative_prompt=record.get("negative_prompt") or None,
-                             steps=record["steps"], guidance=record["guidance"], seed=record["seed"],
-                             width=record["width"], height=record["height"], sampler=record["sampler"]).image
-    return make
+    """The state folder on a 48 MB disk of its own, so the soak can fill it; None where that cannot be mounted."""
+    with small_disk(tmp_path / "state", "48m") as mounted:
+        yield tmp_path / "state" if mounted else None
 
 
 def test_a_disturbed_daemon_keeps_answering_and_loses_no_picture(tmp_path, tiny_model, state_disk):
     soak = Soak(tmp_path, tiny_model, state_disk or tmp_path / "state", seed=2026, disk_full=state_disk is not None)
     counts = soak.run(SECONDS)
-    counts = soak.check(compare=4, regenerate=regenerate(tiny_model))
+    counts = soak.check(compare=4, regenerate=undisturbed(tiny_model))
     print(counts.summary())
     assert not counts.failures, "\n".join(counts.failures) + "\n" + (tmp_path / "daemon.log").read_text()[-3000:]
     assert counts.pictures >= 1 and counts.compared >= 1 and counts.status_checks >= 20
