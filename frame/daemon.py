@@ -678,6 +678,9 @@ class Daemon:
 
     def _store(self, state, shown: bool):
         job = state.job
+        stored = next((e for e in self.history.entries() if e.record.get("id") == job.id), None)
+        if stored is not None:   # stored just before the daemon stopped, which then kept the job
+            return stored
         record = {**job.to_json(), "started": state.started, "finished": state.finished,
                   "seconds_per_step": state.seconds_per_step, "shown": _iso(self.clock.now()) if shown else None,
                   "pipeline": state.metadata}

@@ -689,3 +689,24 @@ def test_a_job_stopped_by_a_full_disk_waits_and_goes_on_with_its_checkpoints(fra
     frame.step()
     assert frame.runner.job.id == first.id                                          # the same job goes on
     assert not set_aside(frame.root)
+
+
+def test_a_picture_stored_just_before_the_daemon_died_is_not_stored_twice(tmp_path):
+    f = Frame(tmp_path)
+    f.runner.finish()
+
+    def die():
+        raise KeyboardInterrupt("the daemon is killed between storing the picture and forgetting the job")
+    f.daemon.jobs.clear = die
+    with pytest.raises(KeyboardInterrupt):
+        f.at(6, 30)
+    f.daemon._lock.close()
+    f.pins.reset()
+    g = Frame(tmp_path, start=dt.datetime(2025, 3, 1, 6, 31))
+    try:
+        g.at(7, 0)
+        ids = [e.record["id"] for e in g.daemon.history.entries()]
+        assert len(ids) == len(set(ids)) == 1
+        assert g.daemon.current is None or g.daemon.current.job.theme == "hills"
+    finally:
+        g.close()
