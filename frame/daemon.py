@@ -271,11 +271,12 @@ class Daemon:
             self.runner.stop()
             self._launched = None
         job = state.job
-        self.jobs.set_aside(reason, job.id)
+        folder = self.jobs.set_aside(reason, job.id)
         if self.current is state:
             self.current = None
             self.progress = None
-        self._error_screen = f"A picture was set aside ({job.theme}: {job.prompt[:80]}).\nWhy: {reason}"
+        self._error_screen = (f"A picture was set aside ({job.theme}: {job.prompt[:80]}).\nWhy: {reason}.\n"
+                              f"The frame goes on with the next picture; the job's files are kept in {folder}.")
         self._save_state()
 
     def _handle_signals(self) -> None:
