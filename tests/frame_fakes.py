@@ -1,4 +1,4 @@
-"""Fakes for the frame's tests: a generator honouring the Pipeline contract, a clock, a runner.
+"""Fakes for the frame's tests: a generator honouring the Pipeline contract, a clock, a runner, and jobs for them.
 
 ``FakePipeline`` behaves like engine.sdxl.Pipeline where the daemon can tell: it reports
 progress after every step, writes an atomic checkpoint after every step into
@@ -6,9 +6,11 @@ progress after every step, writes an atomic checkpoint after every step into
 ``cancel`` is set (raising engine.errors.Cancelled), and returns an image of the asked
 size with metadata. Its behaviour comes from ``fake.json`` in the "model" folder:
 ``step_seconds`` (time per step), ``oom_presets`` (presets under which it dies as the
-kernel's OOM killer would make it, or with ``oom_kind: memoryerror`` of a MemoryError), ``fail`` (an error message to raise; a ModelFileError,
-or with ``fail_kind: storage`` a StorageError, as a full disk gives). Every call is
-appended to ``calls.log`` there, so tests can see presets, resumes and finishes.
+kernel's OOM killer would make it, or with ``oom_kind: memoryerror`` of a MemoryError),
+``fail`` (an error message to raise; a ModelFileError, or with ``fail_kind: storage`` a
+StorageError, as a full disk gives). Every call is appended to ``calls.log`` there, so
+tests can see presets, resumes and finishes. ``make_job`` and ``uninterrupted_state`` give
+a job for it and the state it ends in when nothing disturbs it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import datetime as dt
 import hashlib
 import json
 import os
+import shutil
 import signal
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +30,7 @@ import numpy as np
 from PIL import Image
 
 from engine.errors import Cancelled, ModelFileError, StorageError
+from frame.jobs import Job
 
 
 def write_fake_model(folder: Path, **behaviour) -> Path:
@@ -184,3 +189,20 @@ class ManualRunner:
         job, self.job = self.job, None
         self.post(Failed(job.id, message, -9 if oom else code, oom=oom, user_error=user_error,
                          retry_later=retry_later))
+
+
+def make_job(model: Path, preset: str = "rpi", steps: int = 6, **changes) -> Job:
+    fields = dict(id="20250301-060000-abcdef", theme="sea", prompt="a calm sea", negative_prompt="", seed=1234,
+                  steps=steps, guidance=7.0, sampler="euler", width=64, height=48, model=str(model), preset=preset)
+    return Job(**{**fields, **changes})
+
+
+def uninterrupted_state(job: Job) -> list[float]:
+    """The fake's final state for ``job`` computed in one go, in this process, in a model
+    folder of its own: a daemon still running may be logging its next job to the job's."""
+    with tempfile.TemporaryDirectory() as folder:
+        shutil.copy(Path(job.model) / "fake.json", folder)
+        pipe = FakePipeline(folder, job.preset, [])
+        pipe.generate(job.prompt, negative_prompt=None, steps=job.steps, guidance=job.guidance, seed=job.seed,
+                      width=job.width, height=job.height, sampler=job.sampler)
+        return calls(Path(folder))[-1]["state"]
