@@ -8,16 +8,22 @@ raises while saving, after hours of work). Both are replaced, so the picture is 
 
 from __future__ import annotations
 
+import re
 import unicodedata
+
+
+SURROGATE = re.compile("[\ud800-\udfff]")
+_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+
+
+def join_surrogate_pairs(text: str) -> str:
+    """``text`` with each UTF-16 surrogate pair (as "\\uD83D\\uDE00" escapes in YAML or JSON give them)
+    joined into the character it spells; unpaired surrogates are left where they are."""
+    return _PAIR.sub(lambda m: m[0].encode("utf-16-le", "surrogatepass").decode("utf-16-le"), text)
 
 
 def one_line(text: object) -> str:
     """``text`` with line breaks and other control characters as spaces, surrogate pairs joined into their
     character and unpaired surrogates as U+FFFD."""
-    text = str(text)
-    if any("\ud800" <= c <= "\udfff" for c in text):
-        try:
-            text = text.encode("utf-16", "surrogatepass").decode("utf-16")
-        except UnicodeDecodeError:
-            text = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    text = SURROGATE.sub("\ufffd", join_surrogate_pairs(str(text)))
     return "".join(" " if unicodedata.category(c) == "Cc" else c for c in text)

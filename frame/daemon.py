@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from engine import json_limits
 from engine.atomic import write_bytes
 from frame.buttons import ButtonEvent, Buttons, ButtonsUnavailable
 from frame.config import (Config, ConfigError, Problem, ScheduleSettings, Theme, default_config, find_config,
@@ -45,6 +44,7 @@ from frame.jobs import CRASHES_TO_SET_ASIDE, Job, JobStore
 from frame.notify import Notifier, Watchdog
 from frame.paths import SEARCH_PATH
 from frame.pictures import PictureError, open_picture
+from frame.userfiles import MAX_FILE_BYTES, UserFileError, read_json_object
 from frame.scheduler import Clock, SystemClock, describe_wait, due_at, quiet_hours_at, quiet_until
 from frame.themes import ThemePicker, choose_prompt
 from frame.worker import DEFAULT_GENERATOR, ChildRunner, Failed, Finished, JobProgress
@@ -825,16 +825,13 @@ class Daemon:
 
     def _load_state(self) -> dict:
         try:
-            state = json_limits.loads(self._state_path.read_bytes(), 8)
+            return read_json_object(self._state_path, MAX_FILE_BYTES, 8)
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError) as exc:
-            log.warning("%s is unreadable (%s); the schedule and the theme order start afresh", self._state_path, exc)
+        except UserFileError as exc:
+            log.warning("%s is unusable (%s); the schedule and the theme order start afresh", self._state_path,
+                        exc.message)
             return {}
-        if not isinstance(state, dict):
-            log.warning("%s is not a JSON object; the schedule and the theme order start afresh", self._state_path)
-            return {}
-        return state
 
     def _plausible(self, last_new: dt.datetime | None) -> dt.datetime | None:
         """``last_new`` unless it is more than a day away from now: a clock set right after a wrong one (no

@@ -20,10 +20,9 @@ from pathlib import Path
 
 from PIL import Image, PngImagePlugin
 
-from engine import json_limits
 from engine.atomic import temp_files, write_bytes
 from engine.png_text import one_line
-from frame.userfiles import UserFileError, read_user_text
+from frame.userfiles import UserFileError, read_json_object
 
 log = logging.getLogger("slowframe.history")
 MAX_RECORD_BYTES = 1024 * 1024   # a record is ~2 KB
@@ -114,12 +113,10 @@ class History:
             if not image.exists():
                 continue
             try:
-                record = json_limits.loads(read_user_text(sidecar, MAX_RECORD_BYTES).encode(), 16)
-                if not isinstance(record, dict):
-                    raise ValueError("not a JSON object")
+                record = read_json_object(sidecar, MAX_RECORD_BYTES, 16)
             except FileNotFoundError:
                 continue   # pruned or replaced since the glob
-            except (UserFileError, ValueError) as exc:
+            except UserFileError as exc:
                 log.warning("history: skipping %s: %s", sidecar.name, exc)
                 continue
             out.append(Entry(sidecar.stem, image, record))

@@ -23,9 +23,8 @@ import shutil
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from engine import json_limits
 from engine.atomic import write_bytes
-from frame.userfiles import UserFileError, clean_text, read_user_text
+from frame.userfiles import UserFileError, clean_text, read_json_object
 
 log = logging.getLogger("slowframe.jobs")
 CRASHES_TO_SET_ASIDE = 2
@@ -134,10 +133,7 @@ class JobStore:
         """The saved job, or None; a job.json that cannot be a job is set aside (its reason logged) and None
         returned."""
         try:
-            data = json_limits.loads(read_user_text(self.spec_path, MAX_JOB_FILE_BYTES).encode(), 16)
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            state = JobState.from_json(data)
+            state = JobState.from_json(read_json_object(self.spec_path, MAX_JOB_FILE_BYTES, 16))
         except FileNotFoundError:
             return None
         except (UserFileError, ValueError, KeyError, TypeError) as exc:

@@ -13,6 +13,9 @@ import stat
 import unicodedata
 from pathlib import Path
 
+from engine import json_limits
+from engine.png_text import SURROGATE, join_surrogate_pairs
+
 MAX_FILE_BYTES = 1024 * 1024     # a config with hundreds of themes is ~50 KB
 MAX_TEXT_CHARS = 10_000          # one value: a prompt, a name, a path
 
@@ -57,19 +60,30 @@ def read_user_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
             from None
 
 
+def read_json_object(path: Path, limit: int, depth: int) -> dict:
+    """The JSON object in ``path`` (at most ``limit`` bytes, nested at most ``depth`` deep); UserFileError
+    for anything else. FileNotFoundError is left to the caller."""
+    text = read_user_text(path, limit)
+    try:
+        data = json_limits.loads(text.encode(), depth)
+    except ValueError as exc:
+        raise UserFileError(f"not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise UserFileError("not a JSON object")
+    return data
+
+
 def clean_text(value: str, limit: int = MAX_TEXT_CHARS) -> tuple[str, str | None]:
     """``value`` with UTF-16 surrogate pairs (as YAML's "\\uD83D\\uDE00" escapes give them) joined into their
     character, and the reason it is unusable (None when it is fine): an unpaired surrogate, a control
     character other than tab and newline, or more than ``limit`` characters."""
     if len(value) > limit:
         return value, f"is {len(value):,} characters long; at most {limit:,} are allowed"
-    if any("\ud800" <= c <= "\udfff" for c in value):
-        try:
-            value = value.encode("utf-16", "surrogatepass").decode("utf-16")
-        except UnicodeDecodeError:
-            lone = next(c for c in value if "\ud800" <= c <= "\udfff")
-            return value, (f"holds an unpaired surrogate escape (\\u{ord(lone):04X}), which is not a character; "
-                           "write the character itself, or a \\U escape such as \\U0001F600")
+    value = join_surrogate_pairs(value)
+    lone = SURROGATE.search(value)
+    if lone:
+        return value, (f"holds an unpaired surrogate escape (\\u{ord(lone[0]):04X}), which is not a character; "
+                       "write the character itself, or a \\U escape such as \\U0001F600")
     for c in value:
         if c not in "\t\n" and unicodedata.category(c) == "Cc":
             return value, (f"holds the control character U+{ord(c):04X}; remove it (in YAML, check the "
