@@ -17,6 +17,16 @@ class InputError(EngineError):
     """Arguments passed to a model have the wrong shape, dtype or values."""
 
 
+class CheckpointMismatch(InputError):
+    """A checkpoint folder holds another job's checkpoints; ``differences`` says how the settings differ."""
+
+    def __init__(self, folder: object, differences: list[str]):
+        self.folder = folder
+        self.differences = differences
+        super().__init__(f"{folder} holds checkpoints of a different job ({'; '.join(differences)}). Pass "
+                         "restart=True to discard them and start this job over, or choose another checkpoint folder.")
+
+
 class StorageError(EngineError):
     """The disk refused a write (full, read-only, failing); what was written before is intact."""
 

@@ -59,7 +59,12 @@ class Entry:
 
 
 def parameters_text(record: dict) -> str:
-    """The A1111-style ``parameters`` text: prompt, negative prompt, then 'Steps: 20, Sampler: ...'."""
+    """The A1111-style ``parameters`` text: prompt, negative prompt, then 'Steps: 20, Sampler: ...'. The
+    pipeline's own text when the worker passed it on (``record["pipeline"]["parameters"]``: the same words
+    `slowframe generate` writes, e.g. "Sampler: Euler a"), else one made from the record's fields."""
+    pipeline = record.get("pipeline")
+    if isinstance(pipeline, dict) and isinstance(pipeline.get("parameters"), str):
+        return one_line_each(pipeline["parameters"])
     lines = [one_line(record.get("prompt", ""))]
     if record.get("negative_prompt"):
         lines.append(f"Negative prompt: {one_line(record['negative_prompt'])}")
@@ -69,6 +74,11 @@ def parameters_text(record: dict) -> str:
               ("Model", record.get("model")), ("Preset", record.get("preset"))]
     lines.append(", ".join(f"{k}: {v}" for k, v in fields if v is not None))
     return "\n".join(lines)
+
+
+def one_line_each(text: str) -> str:
+    """``text``'s lines, each made one printable line (the text came through the job's JSON)."""
+    return "\n".join(one_line(line) for line in text.split("\n"))
 
 
 def _order(entry: Entry) -> tuple[str, int]:

@@ -304,7 +304,10 @@ def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> i
     if cancel.is_set():
         raise Cancelled()
     image = getattr(result, "image", result)
-    metadata = getattr(result, "metadata", None) or {}
+    metadata = dict(getattr(result, "metadata", None) or {})
+    parameters = getattr(result, "parameters", None)   # the pipeline's own A1111 text: its sampler labels
+    if isinstance(parameters, str):
+        metadata["parameters"] = parameters
     with atomic_write(output, durable=True) as f:
         image.save(f, format="PNG")
     per_step = timing["per_step"] or (time.monotonic() - started) / max(1, job.steps)

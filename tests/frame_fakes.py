@@ -56,6 +56,7 @@ class FakeStepProgress:
 class FakeResult:
     image: Image.Image
     metadata: dict = field(default_factory=dict)
+    parameters: str | None = None   # the pipeline's A1111 text, when the fake model gives one
 
 
 class FakePipeline:
@@ -106,7 +107,8 @@ class FakePipeline:
                 if on_progress(progress) is False:
                     raise Cancelled("on_progress returned False")
         self._log(event="done", prompt=prompt, seed=seed, state=state.tolist())
-        return FakeResult(picture(state, width, height), {"prompt": prompt, "seed": seed, "model": "fake"})
+        return FakeResult(picture(state, width, height), {"prompt": prompt, "seed": seed, "model": "fake"},
+                          self.behaviour.get("parameters"))
 
 
 def load_fake(model: str, preset: str, loras) -> FakePipeline:

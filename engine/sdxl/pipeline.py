@@ -40,7 +40,7 @@ from PIL import Image, PngImagePlugin
 import engine
 from engine.atomic import atomic_write
 from engine.checkpoint import CheckpointDir, CorruptCheckpoint, read_file, write_file
-from engine.errors import Cancelled, InputError, ModelFileError
+from engine.errors import Cancelled, CheckpointMismatch, InputError, ModelFileError
 from engine.memory import release_free_memory
 from engine.options import resolve
 from engine.png_text import one_line
@@ -206,10 +206,7 @@ class Pipeline:
             seed = latest.meta["job"].get("seed") if latest is not None else secrets.randbits(63)
         settings = self._settings(seed, *request)
         if latest is not None and latest.meta.get("job") != settings.to_dict():
-            raise InputError(f"{store.path} holds checkpoints of a different job ("
-                             + "; ".join(settings.differences(latest.meta.get("job") or {}))
-                             + "). Use --restart (restart=True) to discard them and start this job over, "
-                             "or choose another checkpoint folder.")
+            raise CheckpointMismatch(store.path, settings.differences(latest.meta.get("job") or {}))
         run = _Run(self, settings, make_sampler(sampler, steps, self.schedule, turbo=turbo), store, on_progress, cancel)
         latents = run.sample(latest, init_noise)
         release_free_memory()        # each stage's peak, not the sum: the UNet is gone, the VAE comes

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine import __version__ as engine_version
 from engine.errors import EngineError
 from frame.cli import generate
 
@@ -25,6 +26,7 @@ def build_parser(only_generate: bool = False) -> argparse.ArgumentParser:
     never imports the display, theme and model-import code: ~5 MB that would stay resident
     through the whole run, on a 512 MB Pi."""
     parser = argparse.ArgumentParser(prog="slowframe", description="Slow generative art on an e-ink frame.")
+    parser.add_argument("--version", action="version", version=f"slowframe {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     if only_generate:
         generate.add_commands(sub)
@@ -55,6 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("slowframe: interrupted", file=sys.stderr)
         return 130
+
+
+def version() -> str:
+    """The installed package's version, else the engine's (a source checkout run with `python -m frame.cli`)."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    try:
+        return installed("slowframe")
+    except PackageNotFoundError:
+        return engine_version
 
 
 def user_errors() -> tuple[type[Exception], ...]:

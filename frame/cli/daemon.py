@@ -8,9 +8,21 @@ import logging
 import sys
 from pathlib import Path
 
+from frame.cli import version
 from frame.paths import SEARCH_PATH, SYSTEM_RUNTIME_DIR, SYSTEM_STATE_DIR, default_runtime_dir, default_state_dir
 
-SOCKET_HELP = f"the daemon's control socket (default: in {SYSTEM_RUNTIME_DIR})"
+
+def add_socket_option(parser: argparse.ArgumentParser) -> None:
+    """--socket, with the default this shell would use: the one `frame.control.request` connects to."""
+    from frame.control import SOCKET_NAME
+
+    parser.add_argument("--socket", help=f"the daemon's control socket (default here: "
+                                         f"{default_runtime_dir() / SOCKET_NAME}; {RUNTIME_RULE})")
+
+
+# frame.paths.default_runtime_dir's rule, in words
+RUNTIME_RULE = (f"$RUNTIME_DIRECTORY, else {SYSTEM_RUNTIME_DIR} when it exists, else $XDG_RUNTIME_DIR/slowframe, "
+                "else /tmp/slowframe-UID")
 
 
 def add_run_command(sub: argparse._SubParsersAction) -> None:
@@ -22,8 +34,8 @@ def add_run_command(sub: argparse._SubParsersAction) -> None:
                                       "else built-in defaults)")
     run.add_argument("--state-dir", help="jobs, checkpoints and history (default: $STATE_DIRECTORY, "
                                          f"{SYSTEM_STATE_DIR} for root, else ~/.local/state/slowframe)")
-    run.add_argument("--runtime-dir", help="where the control socket goes (default: $RUNTIME_DIRECTORY or "
-                                           f"{SYSTEM_RUNTIME_DIR})")
+    run.add_argument("--runtime-dir", help=f"where the control socket goes (default here: {default_runtime_dir()}; "
+                                           f"{RUNTIME_RULE})")
     run.add_argument("--generator", default="frame.worker:load_sdxl", metavar="MODULE:FUNCTION",
                      help="advanced: the factory returning the picture generator (default: %(default)s)")
     run.set_defaults(func=cmd_run)
@@ -41,7 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         daemon = Daemon(args.config, state_dir, Path(args.runtime_dir) if args.runtime_dir else default_runtime_dir(),
                         generator=args.generator)
-        logging.getLogger("slowframe").info("slowframe %s: state in %s, logging to %s", _version(), state_dir, sink)
+        logging.getLogger("slowframe").info("slowframe %s: state in %s, logging to %s", version(), state_dir, sink)
         return daemon.run()
     except AlreadyRunning as exc:
         print(f"slowframe: error: {exc}", file=sys.stderr)
@@ -53,25 +65,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("slowframe")
-    except Exception:
-        return "(not installed)"
-
-
 def add_control_commands(sub: argparse._SubParsersAction) -> None:
     status = sub.add_parser("status", help="what the running frame is doing")
     status.add_argument("--json", action="store_true", help="the whole status as JSON")
-    status.add_argument("--socket", help=SOCKET_HELP)
+    add_socket_option(status)
     status.set_defaults(func=cmd_status)
     for name, text in (("skip", "abandon the current picture and start the next theme"),
                        ("regenerate", "a new picture of the theme on the panel (new seed)"),
                        ("reload", "reload the config now (same as SIGHUP)")):
         action = sub.add_parser(name, help=text)
-        action.add_argument("--socket", help=SOCKET_HELP)
+        add_socket_option(action)
         action.set_defaults(func=cmd_action)
 
 

@@ -34,6 +34,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not (model / "model_index.json").is_file():
         print(f"making the built-in tiny SDXL-architecture model (random weights, 31 MB) in {model}")
     write_random_model(model)
+    add_tokenizers(model)
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
     # The generation size the frame would pick for this panel, at half the side for a quick demo.
@@ -53,3 +54,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"peak RSS {peak_rss_bytes() / 1e6:.0f} MB. The built-in model has random weights, so the picture is "
           "abstract noise; point `slowframe generate --models-path` at a real SDXL model for art.")
     return 0
+
+
+def add_tokenizers(model: Path) -> None:
+    """The standard CLIP tokenizer folders in the demo model, once: without them the pipeline would note on
+    every run that it falls back to the bundled vocabulary (the same one, so the picture does not change)."""
+    from engine.atomic import atomic_folder
+    from engine.convert.project_files import PAD_TOKENS, write_tokenizer
+
+    for name, pad in PAD_TOKENS.items():
+        if not (model / name).is_dir():
+            try:
+                with atomic_folder(model / name) as tmp:
+                    write_tokenizer(tmp, pad)
+            except FileExistsError:
+                pass   # written meanwhile by another demo

@@ -106,7 +106,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from frame.display import open_display
 
     if args.image in HISTORY_WORDS and not Path(args.image).exists():
-        return show_from_history(args.image)   # the running frame owns the panel
+        return show_from_history(args.image, args.socket)   # the running frame owns the panel
     config = load_display_config(args.config)
     changes = {key: value for key, value in (("backend", args.backend), ("panel", args.panel),
                                              ("output", args.output)) if value is not None}
@@ -122,11 +122,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def show_from_history(which: str) -> int:
+def show_from_history(which: str, socket: str | None = None) -> int:
     """``slowframe show next|previous|latest``: ask the daemon to browse its history."""
     from frame.control import request
 
-    reply = request("show", which=which)
+    reply = request("show", socket, which=which)
     print(reply.get("message", "?"))
     return 0 if reply.get("ok") else 1
 
@@ -136,6 +136,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     from frame.display.dither import DEFAULT_METHOD, METHODS, TONE_MODES
     from frame.display.fit import CROP_MODES, FIT_MODES
     from frame.display.panels import PANELS
+    from frame.cli.daemon import add_socket_option
 
     panels = sub.add_parser("panels", help="list the supported panels, their sizes and inks")
     panels.set_defaults(func=cmd_panels)
@@ -173,4 +174,5 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     show.add_argument("--panel", choices=["auto", *PANELS], metavar="NAME", help="override display.panel")
     show.add_argument("--output", help="override display.output (file backend)")
     show.add_argument("--caption", help="text to put under the picture")
+    add_socket_option(show)
     show.set_defaults(func=cmd_show)

@@ -1,7 +1,10 @@
 """`slowframe generate`: one picture from the command line, resumable, with a progress bar.
 
-The flags follow OnnxStream's sd tool where they overlap (--models-path, --prompt,
---neg-prompt, --steps, --seed, --res, --rpi-lowmem is --preset rpi-lowmem here).
+The flags follow OnnxStream's sd tool where they overlap, so its command lines work here:
+--models-path, --prompt, --neg-prompt, --steps, --seed, --res, --turbo, --not-tiled,
+--save-latents, --decode-latents, --ops-printf; --rpi-lowmem and --rpi [auto|force|disable]
+choose the preset (--preset rpi-lowmem / rpi); --xl is accepted (slowframe runs SDXL only);
+--embed-parameters is accepted (slowframe always writes the settings into the PNG).
 """
 
 from __future__ import annotations
@@ -18,9 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from engine.atomic import atomic_write
-from engine.errors import Cancelled, InputError
+from engine.errors import Cancelled, CheckpointMismatch, InputError
 from engine.options import PRESETS
 from engine.sdxl.samplers import SAMPLERS
+
+RPI_MODES = {"a": "auto", "auto": "auto", "f": "force", "force": "force", "y": "force", "yes": "force",
+             "d": "disable", "disable": "disable", "n": "disable", "no": "disable"}
+PI_MODEL_FILE = Path("/proc/device-tree/model")   # "Raspberry Pi Zero 2 W Rev 1.0" on the frame
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -40,8 +47,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--turbo", action="store_true", help="SDXL-Turbo mode: euler_a, trailing spacing, no CFG")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:WEIGHT]",
                    help="a style LoRA applied while the weights stream (repeatable; weight default 1)")
-    p.add_argument("--preset", choices=list(PRESETS), default="default",
-                   help="engine settings: default (a PC), rpi, rpi-lowmem (a Pi Zero 2 W at 1024x1024)")
+    p.add_argument("--preset", choices=list(PRESETS), default=None,
+                   help="engine settings: default (a PC; the default), rpi, rpi-lowmem (a Pi Zero 2 W at 1024x1024)")
+    p.add_argument("--rpi-lowmem", action="store_true", help="OnnxStream's name for --preset rpi-lowmem")
+    p.add_argument("--rpi", nargs="?", const="force", metavar="auto|force|disable",
+                   help="OnnxStream's Raspberry Pi switch: force (no value) is --preset rpi, auto is rpi on a "
+                        "Raspberry Pi and default elsewhere, disable is --preset default")
+    p.add_argument("--xl", action="store_true", help="accepted for OnnxStream's command lines (always SDXL here)")
+    p.add_argument("--embed-parameters", action="store_true",
+                   help="accepted for OnnxStream's command lines: the PNG always carries the settings (a "
+                        "'parameters' chunk as other Stable Diffusion tools write it; no file paths)")
     p.add_argument("--output", default="out.png", help="the PNG to write (default: %(default)s)")
     p.add_argument("--save-latents", metavar="FILE.npy", help="also write the final latents (before VAE scaling)")
     p.add_argument("--decode-latents", metavar="FILE.npy", help="skip diffusion: decode these latents")
@@ -65,17 +80,44 @@ def size_from(args: argparse.Namespace) -> tuple[int, int]:
     return args.width or 1024, args.height or 1024
 
 
+def preset_from(args: argparse.Namespace, pi_model_file: Path = PI_MODEL_FILE) -> str:
+    """The engine preset --preset, --rpi-lowmem and --rpi choose together (at most one of them)."""
+    given = [flag for flag, value in (("--preset", args.preset), ("--rpi-lowmem", args.rpi_lowmem),
+                                      ("--rpi", args.rpi)) if value]
+    if len(given) > 1:
+        raise InputError(f"give one of {' and '.join(given)}: each chooses the engine preset")
+    if args.rpi_lowmem:
+        return "rpi-lowmem"
+    if args.rpi is not None:
+        mode = RPI_MODES.get(args.rpi.lower())
+        if mode is None:
+            raise InputError(f"--rpi {args.rpi}: use auto, force or disable (or A, F, D as in OnnxStream)")
+        if mode == "auto":
+            mode = "force" if on_raspberry_pi(pi_model_file) else "disable"
+        return "rpi" if mode == "force" else "default"
+    return args.preset or "default"
+
+
+def on_raspberry_pi(model_file: Path = PI_MODEL_FILE) -> bool:
+    """Whether the device tree names a Raspberry Pi."""
+    try:
+        return model_file.read_bytes().startswith(b"Raspberry Pi")
+    except OSError:
+        return False
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from engine.sdxl import Pipeline
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     width, height = size_from(args)
+    preset = preset_from(args)
     overrides = {"ops_printf": True} if args.ops_printf else {}
     loras = []
     if args.lora:     # engine.convert only when needed: what is imported stays resident through the UNet
         from engine.convert.lora import parse_lora_spec
         loras = [parse_lora_spec(spec) for spec in args.lora]
-    pipe = Pipeline.load(args.models_path, preset=args.preset, loras=loras, **overrides)
+    pipe = Pipeline.load(args.models_path, preset=preset, loras=loras, **overrides)
     output = Path(args.output)
     if args.decode_latents:
         latents = load_npy(args.decode_latents, "--decode-latents")
@@ -94,6 +136,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                seed=args.seed, width=width, height=height, sampler=args.sampler, turbo=args.turbo,
                                init_noise=init_noise, checkpoint_dir=args.checkpoint_dir, restart=args.restart,
                                on_progress=progress, cancel=cancel, tiled=not args.not_tiled)
+    except CheckpointMismatch as e:
+        raise InputError(f"{e.folder} holds checkpoints of a different job ({'; '.join(e.differences)}). Add "
+                         "--restart to discard them and start this job over, or give another --checkpoint-dir."
+                         ) from None
     except Cancelled:
         progress.close()
         where = f"; run the same command to resume from {args.checkpoint_dir}" if args.checkpoint_dir else ""
@@ -108,8 +154,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                **result.timings}
     if args.json:
         print(json.dumps(summary), flush=True)
-    print(f"wrote {output} ({meta['width']}x{meta['height']}, seed {meta['seed']}, "
-          f"{result.timings['seconds_per_step']} s/step)", file=sys.stderr)
+    per_step = result.timings["seconds_per_step"]
+    how = f"{per_step} s/step" if per_step is not None else \
+        f"all {meta['steps']} steps were done already in {args.checkpoint_dir}: only the VAE ran"
+    print(f"wrote {output} ({meta['width']}x{meta['height']}, seed {meta['seed']}, {how})", file=sys.stderr)
     return 0
 
 
@@ -126,14 +174,21 @@ def save_npy(path: str, array: np.ndarray) -> None:
 
 
 class ProgressBar:
-    """Each StepProgress as step k/n, a bar, seconds per step and the time left, redrawn in place on a terminal."""
+    """Each StepProgress as step k/n, a bar, seconds per step and the time left: redrawn in place on a
+    terminal after every UNet evaluation, else one line per finished step (with guidance as two evaluations,
+    half a step does not print the step before it again)."""
 
-    def __init__(self, stream=sys.stderr, width: int = 24):
-        self.stream, self.width = stream, width
-        self.tty = stream.isatty()
+    def __init__(self, stream=None, width: int = 24):
+        self.stream, self.width = stream or sys.stderr, width
+        self.tty = self.stream.isatty()
         self.started = time.monotonic()
+        self.printed: int | None = None   # the step of the last line written (not on a terminal)
 
     def __call__(self, p) -> None:
+        if not self.tty:
+            if p.step == self.printed or (self.printed is None and p.step == (p.resumed_from or 0)):
+                return
+            self.printed = p.step
         filled = round(self.width * p.evaluation / p.evaluations)
         rate = f"{p.seconds_per_step:.1f} s/step" if p.seconds_per_step is not None else "-- s/step"
         eta = f"ETA {format_seconds(p.eta_seconds)}" if p.eta_seconds is not None else ""

@@ -73,3 +73,15 @@ def test_pictures_deleted_by_hand_disappear_from_the_list(tmp_path):
     assert len(history.entries()) == 2
     entry.sidecar.unlink()
     assert [e.id for e in history.entries()] == ["20250301-080000-sea"]
+
+
+def test_a_picture_from_the_pipeline_carries_the_pipelines_own_parameters_text(tmp_path):
+    from engine.sdxl.pipeline import parameters_text as pipeline_text
+
+    made = {"prompt": "a calm sea", "negative_prompt": "text", "steps": 20, "sampler": "euler_a", "guidance": 7.0,
+            "seed": 42, "width": 64, "height": 48, "model_name": "sdxl", "model": "0123456789abcdef",
+            "turbo": False, "engine_version": "0.1.0"}
+    record = {**RECORD, "sampler": "euler_a", "pipeline": {**made, "parameters": pipeline_text(made)}}
+    png = Image.open(History(tmp_path, keep=10, max_mb=100).add(picture(), record, "20250301-070000").image)
+    assert png.text["parameters"] == pipeline_text(made)
+    assert "Sampler: Euler a," in png.text["parameters"], "the label `slowframe generate` writes, not 'euler_a'"

@@ -49,6 +49,12 @@ def test_worker_reports_progress_and_writes_the_picture(tmp_path):
     assert done.output.exists() and done.seconds_per_step is not None
 
 
+def test_the_pipelines_parameters_text_comes_with_the_picture(tmp_path):
+    text = "a calm sea\nSteps: 6, Sampler: Euler a, CFG scale: 5.0, Seed: 1234"
+    events = run_worker(make_job(write_fake_model(tmp_path / "model", parameters=text)), tmp_path / "job")
+    assert events[-1].metadata == {"prompt": "a calm sea", "seed": 1234, "model": "fake", "parameters": text}
+
+
 def test_stopped_worker_keeps_its_checkpoint_and_resumes_to_the_same_picture(tmp_path):
     model = write_fake_model(tmp_path / "model", step_seconds=0.2)
     job = make_job(model, steps=8)

@@ -28,3 +28,8 @@ def test_demo_generates_a_picture_and_the_panel_files(tmp_path):
     assert panel.mode == "P" and panel.size == (800, 480)
     assert max(panel.getdata()) < 7, "only the 7-colour panel's native inks"
     assert Image.open(tmp_path / "out" / "preview.png").size == (800, 480)
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "making the built-in" not in again.stdout
+    for run in (done, again):
+        assert "tokenizer" not in run.stdout + run.stderr, "the built-in model is complete: nothing to note"
