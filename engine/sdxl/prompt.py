@@ -8,7 +8,10 @@ without its partner is kept as literal text, with a warning.
 Long prompts (NovelAI's method): the tokens are cut into chunks of 75, each wrapped
 BOS ... EOS and padded to 77, encoded separately and concatenated along the sequence
 (77*k tokens); at most MAX_CHUNKS chunks (225 tokens), what does not fit is dropped
-and the dropped words are logged.
+and the dropped words are logged. `BREAK` (the word in capitals, as in A1111) ends the
+chunk there: what follows starts a new one, the current one is padded to 75 tokens
+(A1111's tokenize_line; at the start of the prompt, or twice in a row, it makes an empty
+chunk, and at the end it adds none).
 """
 
 from __future__ import annotations
@@ -32,20 +35,24 @@ ROUND_WEIGHT = 1.1
 # bracket, a run of plain text, or a colon that is not part of a weight.
 _EMPHASIS_TOKENS = re.compile(
     r"\\[()\[\]\\]|\(|\[|:\s*([+-]?(?:\d+\.?\d*|\.\d+))\s*\)|\)|\]|[^\\()\[\]:]+|:|\\")
+_BREAK = re.compile(r"\s*\bBREAK\b\s*")   # A1111's re_break
 
 
 @dataclass(frozen=True)
 class Segment:
     text: str
     weight: float
+    chunk_break: bool = False   # a BREAK: no text, the next segment starts a new chunk
 
 
 @dataclass(frozen=True)
 class WeightedTokens:
-    """A prompt's tokens (no BOS/EOS) through one tokenizer, and each token's weight."""
+    """A prompt's tokens (no BOS/EOS) through one tokenizer, each token's weight, and where a BREAK
+    stood (the number of tokens before it)."""
 
     ids: list[int]
     weights: list[float]
+    breaks: tuple[int, ...] = ()
 
 
 def clean_prompt(prompt: object, what: str = "prompt") -> str:
@@ -107,10 +114,16 @@ def parse_emphasis(text: str, what: str = "prompt") -> list[Segment]:
                                               ROUND_WEIGHT if kind == "(" else 1 / ROUND_WEIGHT))
             else:
                 weights.pop()
-        elif segments and segments[-1].weight == weights[-1]:
-            segments[-1] = Segment(segments[-1].text + raw, weights[-1])
         else:
-            segments.append(Segment(raw, weights[-1]))
+            for j, part in enumerate(_BREAK.split(raw) if kind == "text" else [raw]):
+                if j:
+                    segments.append(Segment("", weights[-1], chunk_break=True))
+                if not part:
+                    continue
+                if segments and segments[-1].weight == weights[-1] and not segments[-1].chunk_break:
+                    segments[-1] = Segment(segments[-1].text + part, weights[-1])
+                else:
+                    segments.append(Segment(part, weights[-1]))
     return segments
 
 
@@ -133,36 +146,69 @@ def weighted_tokens(tokenizer: ClipTokenizer, segments: list[Segment]) -> Weight
     """Each segment tokenized on its own (as A1111 does), with its weight on every token."""
     ids: list[int] = []
     weights: list[float] = []
+    breaks: list[int] = []
     for seg in segments:
+        if seg.chunk_break:
+            breaks.append(len(ids))
+            continue
         seg_ids = tokenizer.tokenize(seg.text)
         ids += seg_ids
         weights += [seg.weight] * len(seg_ids)
-    return WeightedTokens(ids, weights)
+    return WeightedTokens(ids, weights, tuple(breaks))
+
+
+def split_chunks(tokenizer: ClipTokenizer, tokens: WeightedTokens) -> list[WeightedTokens]:
+    """The tokens cut into chunks of at most 75, as A1111 cuts them: a chunk ends when it is full or at a
+    BREAK (even an empty one); the prompt's end adds a last chunk when it has tokens or none came before."""
+    n = tokenizer.content_length
+    chunks: list[WeightedTokens] = []
+    start = 0
+    for end in (*tokens.breaks, None):
+        stop = len(tokens.ids) if end is None else end
+        while stop - start > n:                    # full chunks before the BREAK (or the end)
+            chunks.append(WeightedTokens(tokens.ids[start:start + n], tokens.weights[start:start + n]))
+            start += n
+        if end is not None or stop > start or not chunks:
+            chunks.append(WeightedTokens(tokens.ids[start:stop], tokens.weights[start:stop]))
+        start = stop
+    return chunks
+
+
+def join_chunks(chunks: list[WeightedTokens]) -> WeightedTokens:
+    """Chunks back as one run of tokens that split_chunks cuts into the same chunks."""
+    ids: list[int] = []
+    weights: list[float] = []
+    breaks: list[int] = []
+    for chunk in chunks:
+        ids += chunk.ids
+        weights += chunk.weights
+        breaks.append(len(ids))   # a BREAK after each: at the end it adds no chunk, after an empty one it keeps it
+    return WeightedTokens(ids, weights, tuple(breaks))
 
 
 def limit_length(tokenizer: ClipTokenizer, tokens: WeightedTokens,
                  max_chunks: int = MAX_CHUNKS) -> tuple[WeightedTokens, list[int]]:
     """The tokens that fit in max_chunks chunks, and the ids that do not."""
-    limit = max_chunks * tokenizer.content_length
-    return WeightedTokens(tokens.ids[:limit], tokens.weights[:limit]), tokens.ids[limit:]
+    chunks = split_chunks(tokenizer, tokens)
+    return join_chunks(chunks[:max_chunks]), [i for chunk in chunks[max_chunks:] for i in chunk.ids]
 
 
 def chunks_needed(tokenizer: ClipTokenizer, tokens: WeightedTokens) -> int:
     """Chunks of 75 tokens the prompt fills (an empty prompt still takes one)."""
-    return max(1, math.ceil(len(tokens.ids) / tokenizer.content_length))
+    return len(split_chunks(tokenizer, tokens))
 
 
 def to_chunks(tokenizer: ClipTokenizer, tokens: WeightedTokens, chunks: int) -> tuple[np.ndarray, np.ndarray]:
     """(chunks, 77) int64 ids, each chunk BOS + up to 75 tokens + EOS + padding, and
     (chunks, 77) float32 weights (1.0 for BOS, EOS and padding). Chunks past the end of
     the prompt are empty ones (BOS EOS padding), so prompts of different lengths line up."""
-    n = tokenizer.content_length
     ids = np.empty((chunks, tokenizer.max_length), dtype=np.int64)
     weights = np.ones((chunks, tokenizer.max_length), dtype=np.float32)
+    parts = split_chunks(tokenizer, tokens)
     for c in range(chunks):
-        part = tokens.ids[c * n:(c + 1) * n]
-        ids[c] = tokenizer.wrap(part)
-        weights[c, 1:1 + len(part)] = tokens.weights[c * n:(c + 1) * n]
+        part = parts[c] if c < len(parts) else WeightedTokens([], [])
+        ids[c] = tokenizer.wrap(part.ids)
+        weights[c, 1:1 + len(part.ids)] = part.weights
     return ids, weights
 
 

@@ -267,3 +267,14 @@ def test_missing_model_folders_are_named(tiny, tmp_path):
     shutil.copytree(tiny[0] / "text_encoder", model / "text_encoder_2")
     with pytest.raises(ModelFileError, match="text_encoder_2: no text_projection"):
         TextEncoders.load(model, cache=False)
+
+
+def test_break_encodes_each_part_as_its_own_chunk(encoders):
+    both = encoders.encode(f"{words(3)} BREAK {words(4, 10)}", "blurry")
+    first, second = encoders.encode(words(3), "blurry"), encoders.encode(words(4, 10), "blurry")
+    assert both.chunks == 2
+    same = dict(rtol=0, atol=1e-5)   # batches of different sizes round differently in BLAS
+    np.testing.assert_allclose(both.prompt_embeds, np.concatenate([first.prompt_embeds, second.prompt_embeds], 1),
+                               **same)
+    np.testing.assert_allclose(both.pooled, first.pooled, **same)   # the first chunk's, as for any long prompt
+    np.testing.assert_allclose(both.negative_embeds[:, :77], first.negative_embeds, **same)

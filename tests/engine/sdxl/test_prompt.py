@@ -123,3 +123,73 @@ def test_apply_weights_scales_weighted_tokens_and_restores_the_mean():
     assert np.allclose(np.delete(ratio, 5, axis=0), common, rtol=1e-5)
     assert np.allclose(ratio[5], common * 1.5, rtol=1e-5)
     assert hidden[0].mean() == pytest.approx(before[0].mean(), rel=1e-5)
+
+
+def a1111_chunks(pieces: list, bos: int, eos: int) -> list[list[int]]:
+    """What A1111's tokenize_line makes of token runs and "BREAK"s (comma backtracking off): a chunk closes
+    when full or at a BREAK, is padded with EOS to 75 tokens and wrapped BOS ... EOS; the end adds a chunk only
+    when it has tokens or no chunk came before."""
+    chunks, chunk = [], []
+
+    def close():
+        nonlocal chunk
+        chunks.append([bos, *chunk, *[eos] * (75 - len(chunk)), eos])
+        chunk = []
+
+    for piece in pieces:
+        if piece == "BREAK":
+            close()
+            continue
+        for token in piece:
+            if len(chunk) == 75:
+                close()
+            chunk.append(token)
+    if chunk or not chunks:
+        close()
+    return chunks
+
+
+WORDS = "cat dog red blue tree house sky sun moon star car road city river lake hill rock sand sea boat".split()
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_break_cuts_chunks_as_a1111_does(tokenizer, seed):
+    rng = np.random.default_rng(seed)
+    texts = []
+    for _ in range(rng.integers(1, 6)):
+        if rng.random() < 0.4:
+            texts.append("BREAK")
+        else:   # runs of 0-90 words, so chunks fill up exactly, overflow, or stay short
+            length = int(rng.choice([0, 1, 5, 74, 75, 76, 90]))
+            texts.append(" ".join(rng.choice(WORDS, length)))
+    texts = [t for t in texts if t]
+    pieces = [t if t == "BREAK" else tokenizer.tokenize(t) for t in texts]
+    expected = a1111_chunks(pieces, tokenizer.bos_id, tokenizer.eos_id)
+    tokens = weighted_tokens(tokenizer, parse_emphasis(" ".join(texts)))
+    assert chunks_needed(tokenizer, tokens) == len(expected)
+    ids, weights = to_chunks(tokenizer, tokens, len(expected))
+    assert ids.tolist() == expected
+    kept, dropped = limit_length(tokenizer, tokens)
+    assert to_chunks(tokenizer, kept, min(3, len(expected)))[0].tolist() == expected[:3]
+    assert dropped == [i for chunk in expected[3:] for i in chunk[1:76] if i != tokenizer.eos_id]
+
+
+@pytest.mark.parametrize("text,chunks", [
+    ("a cat BREAK a dog", [["a", "cat"], ["a", "dog"]]),
+    ("BREAK a dog", [[], ["a", "dog"]]),
+    ("a cat BREAK", [["a", "cat"]]),
+    ("a cat BREAK BREAK a dog", [["a", "cat"], [], ["a", "dog"]]),
+    ("a cat break a BREAKFAST", [["a", "cat", "break", "a", "breakfast"]]),   # a word, not the keyword
+    ("(a cat BREAK a dog:1.3) BREAK\\(x\\)", [["a", "cat"], ["a", "dog"], ["(", "x", ")"]]),
+])
+def test_break_is_the_capital_word_anywhere_in_the_prompt(tokenizer, text, chunks):
+    tokens = weighted_tokens(tokenizer, parse_emphasis(text))
+    ids, _ = to_chunks(tokenizer, tokens, chunks_needed(tokenizer, tokens))
+    assert [tokenizer.decode(list(row)).split() for row in ids] == chunks
+
+
+def test_weights_stay_with_their_tokens_across_a_break(tokenizer):
+    tokens = weighted_tokens(tokenizer, parse_emphasis("(a cat BREAK a dog:1.3) sea"))
+    _, weights = to_chunks(tokenizer, tokens, 2)
+    assert weights[0, 1:3].tolist() == pytest.approx([1.3, 1.3]) and weights[0, 3] == 1
+    assert weights[1, 1:4].tolist() == pytest.approx([1.3, 1.3, 1.0])
