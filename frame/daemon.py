@@ -41,6 +41,7 @@ from frame.control import SOCKET_NAME, ControlServer
 from frame.display.errors import DisplayError
 from frame.history import History
 from frame.jobs import CRASHES_TO_SET_ASIDE, Job, JobStore
+from frame.loratags import take_tags
 from frame.notify import Notifier, Watchdog
 from frame.paths import SEARCH_PATH
 from frame.pictures import PictureError, open_picture
@@ -569,13 +570,21 @@ class Daemon:
             return   # the panel decides the size; the next turn tries again once the display works
         recent = self.history.recent_prompts(config.no_repeat)
         prompt, seed = choose_prompt(theme.templates, config.wildcards, recent, self.rng)
+        try:
+            prompt, loras = take_tags(prompt, config.model.lora_folder)
+        except ValueError as exc:   # checked with the config; a file removed since
+            self.last_error = self._error_screen = f"{theme.name}: {exc}"
+            log.error("%s", self.last_error)
+            self._retry_at = self.clock.now() + dt.timedelta(seconds=RETRY_SECONDS)
+            return
         width, height = theme.size or self.display.generation_size()
         now = self.clock.now()
         job = Job(id=f"{now:%Y%m%d-%H%M%S}-{self.rng.getrandbits(24):06x}", theme=theme.name, prompt=prompt,
                   negative_prompt=theme.negative, seed=seed, steps=theme.steps, guidance=theme.guidance,
                   sampler=theme.sampler, width=width, height=height, model=str(config.model.path),
                   preset=config.model.preset, lora=str(theme.lora) if theme.lora else None,
-                  lora_weight=theme.lora_weight, requested=requested, created=_iso(now))
+                  lora_weight=theme.lora_weight, loras=tuple((str(p), w) for p, w in loras), requested=requested,
+                  created=_iso(now))
         self.current = self.jobs.begin(job, started=_iso(now))
         self._save_state()
         log.info("new job %s: %s: %r (seed %d, %d steps, %dx%d, %s)", job.id, job.theme, job.prompt, job.seed,

@@ -32,7 +32,8 @@ KEEP_SET_ASIDE = 5            # the newest set-aside jobs kept for a look; older
 MAX_JOB_FILE_BYTES = 1024 * 1024
 
 
-_FIELD_TYPES = {"str": (str,), "str | None": (str, type(None)), "int": (int,), "float": (int, float), "bool": (bool,)}
+_FIELD_TYPES = {"str": (str,), "str | None": (str, type(None)), "int": (int,), "float": (int, float), "bool": (bool,),
+                "tuple[tuple[str, float], ...]": (list, tuple)}
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class Job:
     preset: str
     lora: str | None = None
     lora_weight: float = 1.0
+    loras: tuple[tuple[str, float], ...] = ()   # (file, weight) of each <lora:NAME:WEIGHT> the prompt had
     requested: bool = False
     created: str = ""
 
@@ -72,7 +74,22 @@ class Job:
                 raise ValueError(f"{name} has the wrong type ({type(value).__name__})")
             if isinstance(value, str) and (why := clean_text(value)[1]):
                 raise ValueError(f"{name} {why}")
+        if "loras" in values:
+            values["loras"] = _loras(values["loras"])
         return cls(**values)
+
+
+def _loras(value: list | tuple) -> tuple[tuple[str, float], ...]:
+    """A job file's ``loras``: [file, weight] pairs; ValueError otherwise."""
+    pairs = []
+    for item in value:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str)
+                and isinstance(item[1], (int, float)) and not isinstance(item[1], bool)):
+            raise ValueError(f"loras holds {item!r}, not a [file, weight] pair")
+        if why := clean_text(item[0])[1]:
+            raise ValueError(f"loras {why}")
+        pairs.append((item[0], float(item[1])))
+    return tuple(pairs)
 
 
 @dataclass

@@ -12,6 +12,7 @@ on a PC without them the per-user fallbacks below apply, so ``slowframe run`` an
 - SYSTEM_STATE_DIR: the service's jobs, checkpoints and history (systemd's StateDirectory).
 - MODELS_DIR: model folders; the image mounts its exFAT models partition here.
 - DEFAULT_MODEL_PATH: the model the config's ``model.path`` names by default.
+- LORA_DIR: the LoRA files ``<lora:NAME:WEIGHT>`` in a prompt names (the config's ``model.lora_folder``).
 - SYSTEM_RUNTIME_DIR: the folder of the daemon's control socket (systemd's RuntimeDirectory).
 """
 
@@ -25,6 +26,7 @@ SEARCH_PATH = (BOOT_PARTITION / "slowframe.yaml", Path("/etc/slowframe/config.ya
 SYSTEM_STATE_DIR = Path("/var/lib/slowframe")
 MODELS_DIR = SYSTEM_STATE_DIR / "models"
 DEFAULT_MODEL_PATH = MODELS_DIR / "sdxl-base-1.0"
+LORA_DIR = MODELS_DIR / "loras"
 SYSTEM_RUNTIME_DIR = Path("/run/slowframe")
 
 

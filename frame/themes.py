@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from frame.loratags import without_tags
 from frame.userfiles import UserFileError, clean_text, read_user_text
 
 MAX_DEPTH = 16          # wildcard lists may refer to other lists; deeper than this is a cycle
@@ -275,14 +276,15 @@ class WildcardLoader:
                 hint = f"did you mean __{close[0]}__? or " if close else ""
                 message = (f"unknown wildcard list __{ref.name}__; {hint}define it under wildcards: or create "
                            f"{candidate or ref.name + '.txt'} (one entry per line)")
-                self._report(self._origin(template).at(ref.offset), message)
+                self._report(self.origin(template).at(ref.offset), message)
         cycle = find_cycle(lists)
         if cycle:
-            self._report(self._origin(lists[cycle[0]][0]).at(0),
+            self._report(self.origin(lists[cycle[0]][0]).at(0),
                          "wildcards: these lists refer to each other in a circle, so a prompt would never end: "
                          + " -> ".join(f"__{n}__" for n in cycle))
 
-    def _origin(self, template: Template) -> Origin:
+    def origin(self, template: Template) -> Origin:
+        """Where ``template`` was written: in the config, or in a list file."""
         return self._from_files.get(id(template)) or self.written.get(id(template), self.unplaced)
 
 
@@ -325,7 +327,8 @@ def prompt_for_seed(templates: Sequence[Template], lists: Mapping[str, Sequence[
 
 def choose_prompt(templates: Sequence[Template], lists: Mapping[str, Sequence[Template]],
                   recent: Sequence[str], rng: random.Random, attempts: int = 64) -> tuple[str, int]:
-    """A fresh (prompt, seed): the first draw whose prompt is not in ``recent`` (oldest first).
+    """A fresh (prompt, seed): the first draw whose prompt is not in ``recent`` (oldest first); prompts are
+    compared without their LoRA tags, as the history keeps them.
 
     When every draw repeats a recent prompt (a theme with few combinations), the draw whose
     prompt was used longest ago wins, so the frame still varies as much as it can.
@@ -335,7 +338,7 @@ def choose_prompt(templates: Sequence[Template], lists: Mapping[str, Sequence[Te
     for _ in range(attempts):
         seed = rng.getrandbits(64)
         prompt = prompt_for_seed(templates, lists, seed)
-        age = last_used.get(prompt)
+        age = last_used.get(without_tags(prompt))
         if age is None:
             return prompt, seed
         if best is None or age < best[0]:

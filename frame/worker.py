@@ -270,7 +270,7 @@ def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> i
     job = Job.from_json(request["job"])
     checkpoint_dir = Path(request["checkpoint_dir"])
     output = Path(request["output"])
-    loras = [(job.lora, job.lora_weight)] if job.lora else []
+    loras = ([(job.lora, job.lora_weight)] if job.lora else []) + list(job.loras)
     generator = _load_generator(request["generator"])(job.model, job.preset, loras)
     generate = generator.generate
     params = inspect.signature(generate).parameters

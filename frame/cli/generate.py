@@ -24,6 +24,8 @@ from engine.atomic import atomic_write
 from engine.errors import Cancelled, CheckpointMismatch, InputError
 from engine.options import PRESETS
 from engine.sdxl.samplers import SAMPLERS
+from frame.loratags import find_tags, take_tags
+from frame.paths import LORA_DIR
 
 RPI_MODES = {"a": "auto", "auto": "auto", "f": "force", "force": "force", "y": "force", "yes": "force",
              "d": "disable", "disable": "disable", "n": "disable", "no": "disable"}
@@ -35,7 +37,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         description="Generate one picture with SDXL. With --checkpoint-dir the run saves its state after every "
                     "UNet evaluation; run the same command again after a power cut or Ctrl-C and it resumes.")
     p.add_argument("--models-path", required=True, metavar="DIR", help="an SDXL model folder (diffusers layout)")
-    p.add_argument("--prompt", required=True, help="what to draw; (word:1.3) and [word] set emphasis")
+    p.add_argument("--prompt", required=True,
+                   help="what to draw; (word:1.3) and [word] set emphasis, BREAK starts a new 75-token chunk, "
+                        "<lora:NAME:WEIGHT> applies NAME.safetensors from --lora-folder")
     p.add_argument("--neg-prompt", default=None, metavar="TEXT", help="what to avoid")
     p.add_argument("--steps", type=int, default=None, help="sampling steps (default 20; 1 with --turbo)")
     p.add_argument("--seed", type=int, default=None, help="0..2^64-1 (default: random, printed)")
@@ -47,6 +51,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--turbo", action="store_true", help="SDXL-Turbo mode: euler_a, trailing spacing, no CFG")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:WEIGHT]",
                    help="a style LoRA applied while the weights stream (repeatable; weight default 1)")
+    p.add_argument("--lora-folder", default=str(LORA_DIR), metavar="DIR",
+                   help="where <lora:NAME:WEIGHT> in the prompt finds NAME.safetensors (default: %(default)s)")
     p.add_argument("--preset", choices=list(PRESETS), default=None,
                    help="engine settings: default (a PC; the default), rpi, rpi-lowmem (a Pi Zero 2 W at 1024x1024)")
     p.add_argument("--rpi-lowmem", action="store_true", help="OnnxStream's name for --preset rpi-lowmem")
@@ -78,6 +84,16 @@ def size_from(args: argparse.Namespace) -> tuple[int, int]:
             raise InputError(f"--res must look like 1024x1024 (width x height), got '{args.res}'")
         return int(w), int(h)
     return args.width or 1024, args.height or 1024
+
+
+def prompt_loras(args: argparse.Namespace) -> tuple[str, list[tuple[Path, float]]]:
+    """The prompt without its <lora:NAME:WEIGHT> tags, and the LoRA files they name in --lora-folder."""
+    if args.neg_prompt is not None and any(found for found in find_tags(args.neg_prompt)):
+        raise InputError("--neg-prompt: LoRA tags (<lora:NAME:WEIGHT>) go in --prompt")
+    try:
+        return take_tags(args.prompt, Path(args.lora_folder))
+    except ValueError as e:
+        raise InputError(f"--prompt: {e}") from None
 
 
 def preset_from(args: argparse.Namespace, pi_model_file: Path = PI_MODEL_FILE) -> str:
@@ -117,7 +133,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.lora:     # engine.convert only when needed: what is imported stays resident through the UNet
         from engine.convert.lora import parse_lora_spec
         loras = [parse_lora_spec(spec) for spec in args.lora]
-    pipe = Pipeline.load(args.models_path, preset=preset, loras=loras, **overrides)
+    prompt, tagged = prompt_loras(args)
+    pipe = Pipeline.load(args.models_path, preset=preset, loras=loras + tagged, **overrides)
     output = Path(args.output)
     if args.decode_latents:
         latents = load_npy(args.decode_latents, "--decode-latents")
@@ -132,7 +149,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: cancel.set())
     progress = JsonProgress() if args.json else ProgressBar()
     try:
-        result = pipe.generate(args.prompt, args.neg_prompt, steps=args.steps, guidance=args.guidance,
+        result = pipe.generate(prompt, args.neg_prompt, steps=args.steps, guidance=args.guidance,
                                seed=args.seed, width=width, height=height, sampler=args.sampler, turbo=args.turbo,
                                init_noise=init_noise, checkpoint_dir=args.checkpoint_dir, restart=args.restart,
                                on_progress=progress, cancel=cancel, tiled=not args.not_tiled)

@@ -68,7 +68,9 @@ def _read_config(reader: Reader, root: Node | None, source: Path | None) -> Conf
         if source is not None:
             reader.warn(root, "no themes: in the config, so the built-in themes are used (see config.example.yaml)")
         themes, wildcards = list(builtin.themes), {**builtin.wildcards, **wildcards}
-    prompts.wildcard_loader.resolve([t for theme in themes for t in theme.templates], wildcards, folder)
+    templates = [t for theme in themes for t in theme.templates]
+    prompts.wildcard_loader.resolve(templates, wildcards, folder)
+    prompts.check_lora_tags(templates + [t for entries in wildcards.values() for t in entries], model.lora_folder)
     settings = read_keys(reader, top, "", TOP)
     return Config(
         source=source, model=model, display=display, themes=tuple(themes), wildcards=wildcards, **settings,

@@ -7,6 +7,7 @@ wildcard list files and checks every ``__name__`` (pointing at the very characte
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from frame.config.reader import (AnyName, FilePath, Number, OneOf, Problem, Read
                                  is_null, text_column)
 from frame.config.sections import Key, names, read_keys
 from frame.config.settings import Theme
+from frame.loratags import find_tags, lora_files, unknown_name
 from frame.themes import Origin, Template, TemplateError, WildcardLoader, parse_template
 
 SAMPLERS = ("euler", "euler_a", "dpmpp_2m_karras", "turbo")
@@ -96,6 +98,20 @@ class Prompts:
         self.written[id(template)] = Origin(self.reader.file, *self.reader.place(node), text_column(node))
         return template
 
+    def check_lora_tags(self, templates: Iterable[Template], folder: Path) -> None:
+        """Every <lora:NAME:WEIGHT> tag in ``templates`` (themes' prompts, wildcard entries) usable, and naming a
+        file in ``folder``; each problem reported at the tag."""
+        files: dict[str, Path] | None = None
+        for template in templates:
+            tags, problems = find_tags(template.source)
+            origin = self.wildcard_loader.origin(template)
+            for problem in problems:
+                self.reader.problems.append(Problem(*origin.at(problem.offset), problem.message))
+            for tag in tags:
+                files = lora_files(folder) if files is None else files
+                if tag.name not in files:
+                    self.reader.problems.append(Problem(*origin.at(tag.offset), unknown_name(tag.name, folder, files)))
+
     def wildcards(self, node: Node | None) -> dict[str, tuple[Template, ...]]:
         """Wildcard lists given in the config: a list of entries, or the name of a text file."""
         if node is None:
@@ -128,6 +144,12 @@ class Prompts:
         out = dict(defaults)
         for key, value in read_keys(self.reader, values, where, THEME).items():
             out[key] = None if key == "size" and value == "panel" else value
+        tags, problems = find_tags(out["negative"]) if "negative" in values and out["negative"] else ([], [])
+        if tags or problems:
+            offset = min(found.offset for found in tags + problems)
+            self.reader.error(values["negative"], f"{where}.negative: LoRA tags (<lora:NAME:WEIGHT>) go in the "
+                                                  "prompt, not in the negative prompt",
+                              column_offset(values["negative"], offset))
         if "steps" in values and out["steps"] > 60:
             self.reader.warn(values["steps"], f"{where}.steps: {out['steps']} steps take many hours on a Pi Zero 2 W "
                                               "and rarely look better than 20-40")

@@ -52,6 +52,7 @@ TOP = (
 MODEL = (
     Key("path", FilePath("folder"), "the SDXL model folder (see `slowframe models import`)"),
     Key("preset", OneOf(PRESETS), "the engine's memory preset"),
+    Key("lora_folder", FilePath("folder"), "where <lora:NAME:WEIGHT> in a prompt finds NAME.safetensors"),
 )
 HISTORY = (
     Key("folder", FilePath("folder"), "where shown pictures are kept (default: <state directory>/history)"),

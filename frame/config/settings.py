@@ -12,7 +12,7 @@ from pathlib import Path
 
 from frame.config.reader import Problem
 from frame.display.config import DisplayConfig
-from frame.paths import DEFAULT_MODEL_PATH
+from frame.paths import DEFAULT_MODEL_PATH, LORA_DIR
 from frame.themes import Template
 
 # the Inky Impression's four buttons (BCM); on the 13.3" panel C is on 25 because 16 is a chip select
@@ -25,6 +25,7 @@ LARGE_PANEL_BUTTON_C = 25
 class ModelSettings:
     path: Path = DEFAULT_MODEL_PATH
     preset: str = "rpi-lowmem"
+    lora_folder: Path = LORA_DIR   # where <lora:NAME:WEIGHT> in a prompt finds NAME.safetensors
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from frame.buttons import Buttons
 from frame.daemon import CONFIG_POLL_SECONDS, Daemon
 from frame.display import open_display
 from frame.display.file_backend import FileDisplay
+from frame.jobs import Job
 from frame.notify import Notifier
 from frame_fakes import FakeClock, ManualRunner
 
@@ -710,3 +711,30 @@ def test_a_picture_stored_just_before_the_daemon_died_is_not_stored_twice(tmp_pa
         assert g.daemon.current is None or g.daemon.current.job.theme == "hills"
     finally:
         g.close()
+
+
+def test_lora_tags_in_a_prompt_become_the_jobs_loras(tmp_path):
+    (tmp_path / "loras").mkdir()
+    (tmp_path / "loras" / "woodcut.safetensors").write_bytes(b"x")
+    frame = Frame(tmp_path, CONFIG.replace("preset: rpi}", "preset: rpi, lora_folder: loras}").replace(
+        'prompt: "a {calm|rough} sea"', 'prompt: "a {calm|rough} sea <lora:woodcut:0.6>"'))
+    job = frame.runner.started[0][0]
+    assert job.prompt in ("a calm sea", "a rough sea")
+    assert job.loras == ((str(tmp_path / "loras" / "woodcut.safetensors"), 0.6),)
+    assert Job.from_json(json.loads(json.dumps(job.to_json()))) == job   # as the job file keeps it
+
+
+def test_a_lora_file_removed_after_the_config_was_read_is_an_error_not_a_crash(tmp_path):
+    (tmp_path / "loras").mkdir()
+    (tmp_path / "loras" / "woodcut.safetensors").write_bytes(b"x")
+    frame = Frame(tmp_path, CONFIG.replace("preset: rpi}", "preset: rpi, lora_folder: loras}").replace(
+        'prompt: "a {calm|rough} sea"', 'prompt: "a sea <lora:woodcut:0.6>"'))
+    assert frame.runner.started[0][0].theme == "sea"
+    (tmp_path / "loras" / "woodcut.safetensors").unlink()
+    frame.daemon.handle_request({"command": "regenerate"})
+    frame.daemon.step()
+    assert "sea: no LoRA named 'woodcut'" in frame.daemon.last_error
+    assert len(frame.runner.started) == 1 and frame.daemon.current is None
+    frame.clock.advance(seconds=61)
+    frame.daemon.step()
+    assert frame.runner.started[-1][0].theme == "hills", "the frame goes on with the next theme"

@@ -111,3 +111,16 @@ def test_worker_runs_at_low_priority(tmp_path):
     assert os.getpriority(os.PRIO_PROCESS, pid) == 19
     assert Path(f"/proc/{pid}/oom_score_adj").read_text().strip() == "1000"
     runner.stop()
+
+
+def test_the_jobs_loras_are_applied_by_the_pipeline(tiny_single_file, tmp_path):
+    from lora_files import kohya_lora
+
+    lora = kohya_lora(tmp_path / "woodcut.safetensors")
+    job = make_job(tiny_single_file.folder, preset="default", steps=1, height=64, loras=((str(lora), 0.8),))
+    emitted = []
+    request = {"generator": worker.DEFAULT_GENERATOR, "job": job.to_json(), "checkpoint_dir": str(tmp_path / "ckpt"),
+               "output": str(tmp_path / "result.png")}
+    assert worker.run_job(request, emitted.append, worker.StopRequest()) == worker.EXIT_OK
+    done = emitted[-1]
+    assert done["event"] == "done" and done["metadata"]["loras"][0][:2] == ["woodcut.safetensors", 0.8]

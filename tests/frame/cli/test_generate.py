@@ -109,3 +109,22 @@ def test_version(capsys):
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"slowframe {version()}"
     assert version() == engine.__version__
+
+
+def test_a_lora_tag_in_the_prompt_applies_the_file_from_the_lora_folder(tiny_single_file, tmp_path, capsys):
+    from lora_files import kohya_lora
+
+    folder = tmp_path / "loras"
+    folder.mkdir()
+    kohya_lora(folder / "woodcut.safetensors")
+    model = str(tiny_single_file.folder)
+    out = tmp_path / "tagged.png"
+    code, _, err = generate(capsys, "--models-path", model, "--steps", "1", "--output", str(out), "--lora-folder",
+                            str(folder), "--prompt", "a lighthouse <lora:woodcut:0.7> BREAK at dusk")
+    assert code == 0, err
+    meta = json.loads(Image.open(out).text["slowframe"])
+    assert meta["prompt"] == "a lighthouse BREAK at dusk"
+    assert [entry[:2] for entry in meta["loras"]] == [["woodcut.safetensors", 0.7]]
+    code, _, err = generate(capsys, "--models-path", model, "--lora-folder", str(folder),
+                            "--prompt", "a lighthouse <lora:woodcat:1>")
+    assert code == 1 and "--prompt: no LoRA named 'woodcat'" in err and "did you mean 'woodcut'?" in err

@@ -389,3 +389,37 @@ def test_unquoted_prompts_that_yaml_misreads_get_a_quoting_hint(tmp_path):
     [problem] = check_config(path)
     assert problem.line == 3
     assert problem.message.endswith('must be in double quotes: prompt: "{misty|sunny} harbour")')
+
+
+def test_lora_tags_name_files_in_the_lora_folder_or_are_errors_at_the_tag(tmp_path):
+    (tmp_path / "loras").mkdir()
+    (tmp_path / "loras" / "woodcut.safetensors").write_bytes(b"x")
+    (tmp_path / "styles.txt").write_text("ink\n  etching <lora:etchng:0.7>\n")
+    found = problems(tmp_path, """\
+        model: {lora_folder: loras}
+        themes:
+          - name: sea
+            prompt: "a boat <lora:woodcut:0.8>, <lora:wodcut:1> BREAK __style__"
+          - name: hills
+            prompt: "hills <hypernet:x:1>"
+            negative: "blurry <lora:woodcut:1>"
+        wildcards:
+          style: styles.txt
+        """)
+    errors = [(line, column, message) for line, column, severity, message in found if severity == "error"]
+    by_place = {(line, column): message for line, column, message in errors}
+    assert set(by_place) == {(2, 11), (4, 41), (6, 20), (7, 23)}
+    assert by_place[(2, 11)].startswith("no LoRA named 'etchng'")      # in styles.txt, line 2 column 11
+    assert "no LoRA named 'wodcut'" in by_place[(4, 41)] and "did you mean 'woodcut'?" in by_place[(4, 41)]
+    assert "LoRAs only" in by_place[(6, 20)]
+    assert "go in the prompt, not in the negative prompt" in by_place[(7, 23)]
+    assert [p for p in check_config(tmp_path / "frame.yaml") if p.line == 2][0].file == str(tmp_path / "styles.txt")
+
+
+def test_a_theme_with_known_lora_tags_passes(tmp_path):
+    (tmp_path / "loras").mkdir()
+    (tmp_path / "loras" / "woodcut.safetensors").write_bytes(b"x")
+    path = tmp_path / "frame.yaml"
+    path.write_text('model: {lora_folder: loras}\nthemes: [{name: sea, prompt: "a boat <lora:woodcut:0.8>"}]\n')
+    config = load_config(path)
+    assert config.model.lora_folder == tmp_path / "loras"
