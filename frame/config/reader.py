@@ -76,6 +76,10 @@ def compose(text: str, file: str) -> tuple[Node | None, list[Problem]]:
         message = f"{exc.problem} {exc.context or ''}".strip() if exc.problem else str(exc)
         if "\t" in text and "\\t" in message:
             message += " (YAML indents with spaces only; replace the tab characters)"
+        elif re.search(r"unknown escape character '[()\[\]]'", message):
+            message += (" (A1111's escaped brackets \\( \\) \\[ \\] mean the bracket itself; in double quotes YAML "
+                        "wants the backslash doubled, \"a \\\\(big\\\\) boat\", or put the text in single quotes: "
+                        "'a \\(big\\) boat')")
         elif mark is not None:
             message += _quoting_hint(text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else "")
         raise ConfigError([Problem(file, mark.line + 1 if mark else 1, mark.column + 1 if mark else 1,

@@ -423,3 +423,16 @@ def test_a_theme_with_known_lora_tags_passes(tmp_path):
     path.write_text('model: {lora_folder: loras}\nthemes: [{name: sea, prompt: "a boat <lora:woodcut:0.8>"}]\n')
     config = load_config(path)
     assert config.model.lora_folder == tmp_path / "loras"
+
+
+def test_a1111_escaped_brackets_in_double_quotes_get_a_hint_and_work_in_single_quotes(tmp_path):
+    [(line, column, _, message)] = problems(tmp_path, r"""
+        themes:
+          - {name: sea, prompt: "a \(big\) boat, (sea:1.2) [haze] BREAK at dusk"}
+        """)
+    assert (line, column) == (3, 29) and "unknown escape character '('" in message
+    assert r"in single quotes: 'a \(big\) boat'" in message
+    path = tmp_path / "single.yaml"
+    path.write_text("themes:\n  - {name: sea, prompt: 'a \\(big\\) boat, (sea:1.2) [haze] BREAK at dusk'}\n")
+    [template] = load_config(path).theme("sea").templates
+    assert template.source == r"a \(big\) boat, (sea:1.2) [haze] BREAK at dusk"
