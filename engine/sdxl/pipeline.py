@@ -38,6 +38,7 @@ import numpy as np
 from PIL import Image, PngImagePlugin
 
 import engine
+from engine import defaults
 from engine.atomic import atomic_write
 from engine.checkpoint import CheckpointDir, CorruptCheckpoint, read_file, write_file
 from engine.errors import Cancelled, CheckpointMismatch, InputError, ModelFileError
@@ -193,8 +194,8 @@ class Pipeline:
         run with Cancelled (within one op; the last checkpoint is kept)."""
         if turbo:
             sampler = "euler_a"
-        steps = (1 if turbo else 20) if steps is None else steps
-        guidance = (0.0 if turbo else 5.0) if guidance is None else guidance
+        steps = (defaults.TURBO_STEPS if turbo else defaults.STEPS) if steps is None else steps
+        guidance = (defaults.TURBO_GUIDANCE if turbo else defaults.GUIDANCE) if guidance is None else guidance
         request = (prompt, negative_prompt, steps, sampler, turbo, width, height, guidance, init_noise)
         self._settings(0 if seed is None else seed, *request)   # refuse bad requests before touching checkpoints
         store = CheckpointDir(checkpoint_dir, log=log.warning) if checkpoint_dir is not None else None

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine import defaults
 from engine.atomic import atomic_write
 from engine.errors import Cancelled, CheckpointMismatch, InputError
 from engine.options import PRESETS
@@ -41,12 +42,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="what to draw; (word:1.3) and [word] set emphasis, BREAK starts a new 75-token chunk, "
                         "<lora:NAME:WEIGHT> applies NAME.safetensors from --lora-folder")
     p.add_argument("--neg-prompt", default=None, metavar="TEXT", help="what to avoid")
-    p.add_argument("--steps", type=int, default=None, help="sampling steps (default 20; 1 with --turbo)")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"sampling steps (default {defaults.STEPS}; {defaults.TURBO_STEPS} with --turbo)")
     p.add_argument("--seed", type=int, default=None, help="0..2^64-1 (default: random, printed)")
     p.add_argument("--width", type=int, default=None, help="pixels, a multiple of 64 (default 1024)")
     p.add_argument("--height", type=int, default=None, help="pixels, a multiple of 64 (default 1024)")
     p.add_argument("--res", default=None, metavar="WxH", help="width and height at once, e.g. 1344x768")
-    p.add_argument("--guidance", type=float, default=None, help="classifier-free guidance (default 5; 0 with --turbo)")
+    p.add_argument("--guidance", type=float, default=None, help=f"classifier-free guidance (default "
+                   f"{defaults.GUIDANCE:g}; {defaults.TURBO_GUIDANCE:g} with --turbo)")
     p.add_argument("--sampler", choices=SAMPLERS, default="euler", help="default: %(default)s")
     p.add_argument("--turbo", action="store_true", help="SDXL-Turbo mode: euler_a, trailing spacing, no CFG")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:WEIGHT]",

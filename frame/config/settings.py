@@ -10,6 +10,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine import defaults
 from frame.config.reader import Problem
 from frame.display.config import DisplayConfig
 from frame.paths import DEFAULT_MODEL_PATH, LORA_DIR
@@ -34,9 +35,9 @@ class Theme:
 
     name: str
     templates: tuple[Template, ...]
-    negative: str = ""
-    steps: int = 20
-    guidance: float = 7.0
+    negative: str = "text, watermark, signature, blurry, lowres"
+    steps: int = defaults.STEPS             # the engine's own, as `slowframe generate --help` says
+    guidance: float = defaults.GUIDANCE
     sampler: str = "euler"
     size: tuple[int, int] | None = None   # None: the panel's best size
     lora: Path | None = None
