@@ -44,6 +44,7 @@ from frame.jobs import CRASHES_TO_SET_ASIDE, Job, JobStore
 from frame.loratags import take_tags
 from frame.notify import Notifier, Watchdog
 from frame.paths import SEARCH_PATH
+from frame.power import PowerError, SystemPower
 from frame.pictures import PictureError, open_picture
 from frame.userfiles import MAX_FILE_BYTES, UserFileError, read_json_object
 from frame.scheduler import Clock, SystemClock, describe_wait, due_at, quiet_hours_at, quiet_until
@@ -69,7 +70,7 @@ class AlreadyRunning(Exception):
 class Action:
     """Something a person asked for: a button action or a control command."""
 
-    name: str            # skip, regenerate, previous, next, latest, status, reload, image
+    name: str            # skip, regenerate, previous, next, latest, status, shutdown, reboot, reload, image
     source: str          # "button C (press)", "control socket"
     image: str | None = None
 
@@ -83,7 +84,7 @@ class Daemon:
                  generator: str = DEFAULT_GENERATOR,
                  display_factory: Callable | None = None,
                  buttons_factory: Callable | None = Buttons,
-                 notifier: Notifier | None = None):
+                 notifier: Notifier | None = None, power: SystemPower | None = None):
         self.config_path = Path(config_path) if config_path is not None else None
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -99,6 +100,7 @@ class Daemon:
         self.display_factory = display_factory
         self.buttons_factory = buttons_factory
         self.notifier = notifier or Notifier()
+        self.power = power or SystemPower()
         self.jobs = JobStore(self.state_dir)
 
         self.config: Config | None = None
@@ -483,6 +485,30 @@ class Daemon:
             self._wanted = ("status",)
         elif action.name == "image":
             self._wanted = ("image", action.image)
+        elif action.name in ("shutdown", "reboot"):
+            self._switch(action.name)
+
+    def _switch(self, action: str) -> None:
+        """Shut the frame down (a screen saying so first, when the panel may refresh now: e-ink keeps it while
+        the power is off) or restart it; systemd then stops this service, which checkpoints the job."""
+        if action == "shutdown" and self.display is not None and self.display.seconds_until_ready() <= 0:
+            from frame.display.text import error_screen
+
+            screen = error_screen("The frame is shutting down. Unplug it once the green light on the Pi has "
+                                  "stopped flashing; plugged in again, it goes on with the picture it was making.",
+                                  self.display.size, title="slowframe is switched off",
+                                  footer=f"{self.clock.now():%Y-%m-%d %H:%M}")
+            if self._refresh(lambda: self.display.show(screen), "the shutdown screen"):
+                self.shown_id = None
+                self._save_state()
+        self.notifier.status("shutting down" if action == "shutdown" else "restarting")
+        try:
+            self.power.switch(action)
+        except PowerError as exc:
+            log.error("%s: %s", action, exc)
+            self.last_error = f"{action} failed: {exc}"
+            self._error_screen = (f"The frame could not {'shut down' if action == 'shutdown' else 'restart'}: "
+                                  f"{exc}")
 
     def _theme_on_panel(self) -> Theme | None:
         if self.config is None:

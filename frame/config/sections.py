@@ -26,7 +26,7 @@ from frame.display.panels import PANELS
 from frame.themes import ORDERS
 
 PRESETS = ("default", "rpi", "rpi-lowmem")
-ACTIONS = ("skip", "regenerate", "previous", "next", "latest", "status", "none")
+ACTIONS = ("skip", "regenerate", "previous", "next", "latest", "status", "shutdown", "reboot", "none")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_GPIO = 27
 # BCM pins the Inky HAT uses: I2C (EEPROM), SPI, chip selects, BUSY, DC, RESET

@@ -738,3 +738,41 @@ def test_a_lora_file_removed_after_the_config_was_read_is_an_error_not_a_crash(t
     frame.clock.advance(seconds=61)
     frame.daemon.step()
     assert frame.runner.started[-1][0].theme == "hills", "the frame goes on with the next theme"
+
+
+class FakePower:
+    def __init__(self, refuse: str | None = None):
+        self.refuse, self.switched = refuse, []
+
+    def switch(self, action: str) -> None:
+        self.switched.append(action)
+        if self.refuse:
+            from frame.power import PowerError
+
+            raise PowerError(self.refuse)
+
+
+@pytest.mark.parametrize("action", ["shutdown", "reboot"])
+def test_a_button_switches_the_frame_off_or_restarts_it(tmp_path, action):
+    config = CONFIG.replace("buttons: {hold_time: 0.1}", f"buttons: {{hold_time: 0.1, D: {{hold: {action}}}}}")
+    frame = Frame(tmp_path, config)
+    frame.daemon.power = power = FakePower()
+    frame.clock.advance(seconds=200)              # the panel may refresh again
+    before = (tmp_path / "panel" / "panel.png").stat().st_mtime_ns if (tmp_path / "panel" / "panel.png").exists() \
+        else None
+    frame.press(24, held=0.3)
+    frame.step()
+    assert power.switched == [action]
+    panel = tmp_path / "panel" / "panel.png"
+    shown = panel.exists() and panel.stat().st_mtime_ns != before
+    assert shown == (action == "shutdown"), "a screen says the frame is off; a restart keeps the picture"
+
+
+def test_a_refused_shutdown_is_an_error_on_the_panel_and_the_frame_goes_on(tmp_path):
+    frame = Frame(tmp_path, CONFIG.replace("buttons: {hold_time: 0.1}", "buttons: {hold_time: 0.1, D: {hold: shutdown}}"))
+    frame.daemon.power = FakePower(refuse="`systemctl --no-ask-password poweroff` was refused: Access denied")
+    frame.press(24, held=0.3)
+    frame.step()
+    assert "shutdown failed:" in frame.daemon.last_error and "Access denied" in frame.daemon.last_error
+    assert "could not shut down" in frame.daemon._error_screen
+    assert frame.runner.job is not None, "the picture being made goes on"

@@ -288,6 +288,12 @@ def test_service_files_are_installed_and_enabled():
     assert 'rm -f "$ROOT"/etc/ssh/ssh_host_*' in BUILD                 # every card gets its own keys
 
 
+def test_the_power_rule_and_polkit_are_installed():
+    # the shutdown and reboot actions go through logind, which asks polkit (frame/power.py)
+    assert '"$REPO/systemd/60-slowframe-power.rules" "$ROOT/etc/polkit-1/rules.d/60-slowframe-power.rules"' in BUILD
+    assert "polkitd" in packages()
+
+
 def test_raspi_firmware_settings_are_ones_it_reads():
     # trixie's /etc/kernel/postinst.d/z50-raspi-firmware reads only these; anything else (GPU_MEM, say)
     # is silently ignored, so config.txt settings go in raspi-firmware-custom
