@@ -21,13 +21,12 @@ LORA_KINDS = ("lora", "lyco")
 MAX_WEIGHT = 4.0   # as the config's lora_weight
 
 
-class TagError(ValueError):
-    """A tag that cannot be used; ``offset`` is where it starts in the text."""
+@dataclass(frozen=True)
+class TagProblem:
+    """Why a tag cannot be used; ``offset`` is where it starts in the text."""
 
-    def __init__(self, message: str, offset: int):
-        super().__init__(message)
-        self.message = message
-        self.offset = offset
+    message: str
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -39,22 +38,22 @@ class LoraTag:
     offset: int
 
 
-def find_tags(text: str) -> tuple[list[LoraTag], list[TagError]]:
+def find_tags(text: str) -> tuple[list[LoraTag], list[TagProblem]]:
     """The LoRA tags in ``text`` and the problems with the tags that cannot be used."""
     tags, problems = [], []
     for match in TAG.finditer(text):
         kind, args = match[1], match[2].split(":")
         if kind.lower() not in LORA_KINDS:
-            problems.append(TagError(f"{match[0]!r}: slowframe applies LoRAs only (<lora:NAME:WEIGHT>), not "
+            problems.append(TagProblem(f"{match[0]!r}: slowframe applies LoRAs only (<lora:NAME:WEIGHT>), not "
                                      f"{kind} networks; remove the tag", match.start()))
             continue
         name = args[0].strip()
         if not name:
-            problems.append(TagError(f"{match[0]!r}: no LoRA name; write <lora:NAME:WEIGHT>, e.g. "
+            problems.append(TagProblem(f"{match[0]!r}: no LoRA name; write <lora:NAME:WEIGHT>, e.g. "
                                      "<lora:woodcut:0.8>", match.start()))
             continue
         if len(args) > 2:
-            problems.append(TagError(f"{match[0]!r}: one weight only (slowframe applies it to the text encoders "
+            problems.append(TagProblem(f"{match[0]!r}: one weight only (slowframe applies it to the text encoders "
                                      f"and the UNet alike), e.g. <lora:{name}:{args[1].strip()}>", match.start()))
             continue
         raw = args[1].strip() if len(args) == 2 else "1"
@@ -63,7 +62,7 @@ def find_tags(text: str) -> tuple[list[LoraTag], list[TagError]]:
         except ValueError:
             weight = float("nan")
         if not -MAX_WEIGHT <= weight <= MAX_WEIGHT:
-            problems.append(TagError(f"{match[0]!r}: the weight {raw!r} is not a number from {-MAX_WEIGHT:g} to "
+            problems.append(TagProblem(f"{match[0]!r}: the weight {raw!r} is not a number from {-MAX_WEIGHT:g} to "
                                      f"{MAX_WEIGHT:g}", match.start()))
             continue
         tags.append(LoraTag(name, weight, match.start()))
