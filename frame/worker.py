@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.atomic import atomic_write
-from engine.errors import Cancelled, EngineError, StorageError
+from engine.errors import Cancelled, CheckpointMismatch, EngineError, StorageError
 from frame.jobs import Job
 
 DEFAULT_GENERATOR = "frame.worker:load_sdxl"
@@ -300,7 +300,13 @@ def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> i
         kwargs["cancel"] = cancel
         stop.graceful = True
     started = time.monotonic()
-    result = generate(job.prompt, **kwargs)
+    try:
+        result = generate(job.prompt, **kwargs)
+    except CheckpointMismatch as exc:   # the job's own folder: checkpoints of an older slowframe or model
+        if "restart" not in params:
+            raise
+        log.warning("the job's checkpoints are of other settings (%s); starting it over", "; ".join(exc.differences))
+        result = generate(job.prompt, **kwargs, restart=True)
     if cancel.is_set():
         raise Cancelled()
     image = getattr(result, "image", result)

@@ -13,6 +13,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from daemon_processes import ENV
 from frame import worker
 from frame.jobs import Job
@@ -124,3 +126,22 @@ def test_the_jobs_loras_are_applied_by_the_pipeline(tiny_single_file, tmp_path):
     assert worker.run_job(request, emitted.append, worker.StopRequest()) == worker.EXIT_OK
     done = emitted[-1]
     assert done["event"] == "done" and done["metadata"]["loras"][0][:2] == ["woodcut.safetensors", 0.8]
+
+
+def test_checkpoints_of_other_settings_in_the_jobs_folder_start_the_job_over(tmp_path, caplog):
+    from engine.errors import Cancelled
+    from engine.sdxl import Pipeline
+    from engine.sdxl.random_model import write_random_model
+
+    model = write_random_model(tmp_path / "model")
+    job = make_job(model, preset="default", steps=2, height=64)
+    stale = Pipeline.load(model)          # as an older slowframe or another model left them
+    with pytest.raises(Cancelled):
+        stale.generate(job.prompt, steps=3, seed=job.seed, width=64, height=64, checkpoint_dir=tmp_path / "ckpt",
+                       on_progress=lambda p: False)
+    emitted = []
+    request = {"generator": worker.DEFAULT_GENERATOR, "job": job.to_json(), "checkpoint_dir": str(tmp_path / "ckpt"),
+               "output": str(tmp_path / "result.png")}
+    assert worker.run_job(request, emitted.append, worker.StopRequest()) == worker.EXIT_OK
+    assert emitted[-1]["metadata"]["steps"] == 2
+    assert "starting it over" in caplog.text and "steps: 3 there, 2 now" in caplog.text
