@@ -205,6 +205,6 @@ def uninterrupted_state(job: Job) -> list[float]:
     with tempfile.TemporaryDirectory() as folder:
         shutil.copy(Path(job.model) / "fake.json", folder)
         pipe = FakePipeline(folder, job.preset, [])
-        pipe.generate(job.prompt, negative_prompt=None, steps=job.steps, guidance=job.guidance, seed=job.seed,
+        pipe.generate(job.prompt, negative_prompt=job.negative_prompt or None, steps=job.steps, guidance=job.guidance, seed=job.seed,
                       width=job.width, height=job.height, sampler=job.sampler)
         return calls(Path(folder))[-1]["state"]

@@ -54,7 +54,8 @@ def test_the_daemon_makes_a_picture_and_resumes_it_after_sigkill(tmp_path, tiny_
         assert Image.open(tmp_path / "panel" / "panel.png").size == (600, 400)
         # ...and the same picture as a run that was never interrupted
         uninterrupted = Pipeline.load(tiny_model, preset="default").generate(
-            job["prompt"], steps=3, guidance=5.0, seed=job["seed"], width=256, height=256, sampler="euler").image
+            job["prompt"], job["negative_prompt"] or None, steps=3, guidance=5.0, seed=job["seed"], width=256,
+            height=256, sampler="euler").image
         assert np.array_equal(np.asarray(Image.open(sidecar.with_suffix(".png"))), np.asarray(uninterrupted))
         parameters = Image.open(sidecar.with_suffix(".png")).text["parameters"]
         assert "Steps: 3, Sampler: Euler, CFG scale: 5.0" in parameters, "the words `slowframe generate` writes"

@@ -73,7 +73,8 @@ def test_sigkill_mid_job_then_restart_resumes_the_same_job(tmp_path, daemons):
     starts = [c for c in calls(model) if c["event"] == "start" and c["seed"] == job["seed"]]
     assert len(starts) == 2 and starts[1]["resumed_from"] >= 3   # resumed, not started over
     done = [c for c in calls(model) if c["event"] == "done" and c["seed"] == job["seed"]]
-    spec = make_job(model, steps=10, seed=job["seed"], prompt=job["prompt"], width=256, height=256)
+    spec = make_job(model, steps=10, seed=job["seed"], prompt=job["prompt"], width=256, height=256,
+                    negative_prompt=record["negative_prompt"], guidance=record["guidance"])   # the theme defaults
     assert done[0]["state"] == uninterrupted_state(spec)        # the same picture as without the kill
     assert (tmp_path / "panel" / "preview.png").exists()
 
