@@ -141,7 +141,7 @@ def test_previews_on_the_panel_survive_a_sigkill_and_never_enter_the_history(tmp
     os.unlink(first.notify_path)
 
     before = (tmp_path / "daemon.log").stat().st_size
-    second = daemons(config)
+    daemons(config)
     deadline = time.monotonic() + 60
     while not list((tmp_path / "state" / "history").glob("*.json")) and time.monotonic() < deadline:
         time.sleep(0.2)
