@@ -328,7 +328,8 @@ class Previews:
         try:
             image = self.decode(denoised)
             with atomic_write(self.request.path) as f:
-                image.save(f, format="PNG", compress_level=1)   # fast over small: the file lives one step
+                # level 1: 0.25 s at 1024x1024 against level 6's 0.61 s (bench/RESULTS.md#previews)
+                image.save(f, format="PNG", compress_level=1)
         except (EngineError, OSError) as exc:
             log.warning("previews: no preview at step %d: %s", step, exc)
             return
