@@ -42,6 +42,7 @@ class Frame:
         self.clock = FakeClock(start)
         self.pins = MockFactory(revision="902120")
         self.displays: list = []
+        self.closed = False
 
         def display_factory(cfg):
             display = display_class(cfg, clock=self.clock.monotonic, sleep=self._no_sleep)
@@ -86,5 +87,7 @@ class Frame:
         return [e.theme for e in self.daemon.history.entries()]
 
     def close(self) -> None:
-        self.daemon.shutdown()
-        self.pins.reset()
+        if not self.closed:
+            self.closed = True
+            self.daemon.shutdown()
+            self.pins.reset()

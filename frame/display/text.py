@@ -78,15 +78,20 @@ def _wrap(draw: ImageDraw.ImageDraw, text: str, face, width: int) -> list[str]:
     return lines
 
 
+def _canvas(size: tuple[int, int]) -> tuple[Image.Image, ImageDraw.ImageDraw, int, int]:
+    """A white screen to draw crisp text on, its drawing context, its shorter side and its margin."""
+    screen = Image.new("RGB", size, PAPER)
+    draw = ImageDraw.Draw(screen)
+    draw.fontmode = "1"
+    unit = min(size)
+    return screen, draw, unit, round(unit * 0.06)
+
+
 def error_screen(message: str, size: tuple[int, int], title: str = "slowframe could not make a picture",
                  footer: str = "") -> Image.Image:
     """A white screen with a title, the word-wrapped ``message`` and an optional footer line."""
     width, height = size
-    screen = Image.new("RGB", size, PAPER)
-    draw = ImageDraw.Draw(screen)
-    draw.fontmode = "1"
-    unit = min(width, height)
-    margin = round(unit * 0.06)
+    screen, draw, unit, margin = _canvas(size)
     text_width = width - 2 * margin
     title_face = font(max(12, round(unit * 0.065)))
     body_face = font(max(10, round(unit * 0.042)))
@@ -138,11 +143,7 @@ def notice_screen(title: str, lines: list[str], size: tuple[int, int], accent: R
     """A screen readable at a distance: ``title`` in white on an ``accent`` band, then ``lines`` in large
     type (each word-wrapped; what does not fit is left off), and a small ``footer``."""
     width, height = size
-    screen = Image.new("RGB", size, PAPER)
-    draw = ImageDraw.Draw(screen)
-    draw.fontmode = "1"
-    unit = min(width, height)
-    margin = round(unit * 0.06)
+    screen, draw, unit, margin = _canvas(size)
     text_width = width - 2 * margin
     title_face = font(max(14, round(unit * 0.1)))
     body_face = font(max(12, round(unit * 0.066)))
