@@ -169,10 +169,12 @@ class Display:
         """Ink indices for a screen drawn in the inks' pure colours: each pixel the ink nearest in colour, no
         dithering, so text and bars come out solid."""
         pixels = np.asarray(screen.convert("RGB"), np.int32)
-        colours, inverse = np.unique(pixels.reshape(-1, 3), axis=0, return_inverse=True)
+        packed, inverse = np.unique((pixels[..., 0] << 16) | (pixels[..., 1] << 8) | pixels[..., 2],
+                                    return_inverse=True)
+        colours = np.stack([packed >> 16, (packed >> 8) & 255, packed & 255], -1)
         nominal = np.asarray(self.palette.nominal, np.int32)
         nearest = ((colours[:, None, :] - nominal[None, :, :]) ** 2).sum(-1).argmin(1).astype(np.uint8)
-        return nearest[inverse.reshape(-1)].reshape(pixels.shape[:2])
+        return nearest[inverse].reshape(pixels.shape[:2])
 
     def refresh(self, picture: DitheredPicture) -> None:
         """Send a rendered picture to the panel: serialised, rate-limited, busy timeouts retried."""
