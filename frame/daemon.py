@@ -795,8 +795,8 @@ class Daemon:
         elif self.current is not None:
             job = self.current.job
             title = "Making the first picture"
-            lines = [f"Theme: {job.theme}", self._ready_text(now).capitalize() if self._eta(now) else
-                     "Ready time: known after the first step"]
+            ready = self._ready_text(now) if self._eta(now) else "ready time: known after the first step"
+            lines = [f"Theme: {job.theme}", ready[0].upper() + ready[1:]]
             if self.config.display.preview != "off":
                 lines.append("It shows here as it develops.")
         else:
