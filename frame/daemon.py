@@ -43,7 +43,7 @@ import random
 import queue
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -52,6 +52,7 @@ from frame.buttons import ButtonEvent, Buttons, ButtonsUnavailable
 from frame.config import (Config, ConfigError, Problem, ScheduleSettings, Theme, default_config, find_config,
                           load_config)
 from frame.control import SOCKET_NAME, ControlServer
+from frame.display.config import DisplayConfig
 from frame.display.errors import DisplayError
 from frame.history import History
 from frame.jobs import CRASHES_TO_SET_ASIDE, Job, JobStore
@@ -371,13 +372,14 @@ class Daemon:
     def _apply(self, config: Config) -> None:
         old, self.config = self.config, config
         logging.getLogger().setLevel(config.log_level.upper())
-        if old is None or old.display != config.display:
+        panel_changed = old is None or _panel_settings(old.display) != _panel_settings(config.display)
+        if panel_changed:
             if self.display is not None:
                 self.display.close()
                 self.display = None
             self._display_failed_at = None
             self._open_display()
-        if old is None or old.buttons != config.buttons or old.display != config.display:
+        if old is None or old.buttons != config.buttons or panel_changed:
             self._open_buttons()
         if old is None or old.history != config.history:
             self.history = History(config.history.folder or self.state_dir / "history",
@@ -419,8 +421,6 @@ class Daemon:
     def _show_config_errors(self, errors: list[Problem]) -> None:
         if self.display is None:
             try:
-                from frame.display.config import DisplayConfig
-
                 self.display = self.display_factory(DisplayConfig())
             except (DisplayError, OSError) as exc:
                 log.warning("cannot show the config errors on the panel: %s", exc)
@@ -1000,6 +1000,12 @@ class Daemon:
         state = {"last_new": _iso(self.last_new) if self.last_new else None, "shown": self.shown_id,
                  "cursor": self.cursor, "picker": self.picker.state if self.picker else self._picker_state}
         write_bytes(self._state_path, (json.dumps(state, indent=2) + "\n").encode())
+
+
+def _panel_settings(display: DisplayConfig) -> DisplayConfig:
+    """The display settings the panel itself uses: a change to the others (when previews come) reopens nothing,
+    so the panel's rest between refreshes is kept."""
+    return replace(display, preview=DisplayConfig.preview, browse_timeout=DisplayConfig.browse_timeout)
 
 
 def _iso(t: dt.datetime) -> str:

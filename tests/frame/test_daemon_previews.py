@@ -261,3 +261,17 @@ def test_the_panel_previews_the_workers_file_as_it_is(tmp_path, frames):
                                                       output=str(tmp_path / "expected"), min_interval=0))
     expected.show_developing(Image.open(path), "sea \u00b7 step 4/20 \u00b7 ready about 08:26", 0.2)
     assert Image.open(f.display.panel_path).tobytes() == Image.open(expected.panel_path).tobytes()
+
+
+def test_changing_when_previews_come_keeps_the_panel_open_and_resting(frames):
+    f = frames(continuous("preview: 10"), dt.datetime(2025, 3, 1, 8, 0))
+    f.config_path.write_text(continuous("preview: 20, browse_timeout: 5"))
+    f.clock.advance(seconds=10)
+    f.step()
+    assert f.daemon.config.display.preview == 20.0 and len(f.displays) == 1
+    assert f.display.seconds_until_ready() == 170   # min_interval still counts from the first screen
+    make_progress(f, 2)
+    f.at(8, 19)
+    assert kinds(f) == ["notice"]                   # the new 20 minutes apply at once
+    f.at(8, 20)
+    assert kinds(f) == ["notice", "preview"]
