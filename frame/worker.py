@@ -307,15 +307,12 @@ class Previews:
     """The child's side of a PreviewRequest: decodes a due ``denoised`` estimate and writes the preview file."""
 
     def __init__(self, request: PreviewRequest, model: str):
-        from engine.sdxl.preview import linear_preview, open_preview_decoder
+        from engine.sdxl.preview import open_preview_decoder
 
         self.request = request
         self.last: tuple[int, float] | None = None
-        try:
-            self.decode = open_preview_decoder(request.decoder, Path(model))
-        except EngineError as exc:
-            log.warning("previews: %s; they use the linear map instead", exc)
-            self.decode = linear_preview
+        self.decode = open_preview_decoder(request.decoder, Path(model),
+                                           on_fallback=lambda why: log.warning("previews: %s", why))
 
     def offer(self, progress, emit: Callable[[dict], None]) -> None:
         """Make a preview from ``progress`` when it carries an estimate and one is due."""

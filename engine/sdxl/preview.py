@@ -11,7 +11,8 @@ SDXL latents (comfy/latent_formats.py, class SDXL: ``latent_rgb_factors`` and
 
 ``open_preview_decoder(kind, model)`` picks the decoder by name from PREVIEW_DECODERS: each
 entry loads its decoder for a model folder and raises EngineError (saying what it looked
-for, where) when it cannot, so a caller can fall back to the linear map.
+for, where) when it cannot; given ``on_fallback``, the linear map stands in and the reason
+goes to ``on_fallback`` once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from engine.errors import InputError
+from engine.errors import EngineError, InputError
 
 # ComfyUI comfy/latent_formats.py, class SDXL (rows: latent channels 0-3; columns: R, G, B)
 LATENT_RGB_FACTORS = np.array([[0.3651, 0.4232, 0.4341],
@@ -63,10 +64,18 @@ def _linear(model: Path | None) -> PreviewDecoder:
 PREVIEW_DECODERS: dict[str, Callable[[Path | None], PreviewDecoder]] = {"linear": _linear}
 
 
-def open_preview_decoder(kind: str, model: Path | None = None) -> PreviewDecoder:
-    """The preview decoder called ``kind`` for the model folder ``model``; InputError for an unknown name,
-    the loader's EngineError when its files are missing or wrong."""
-    loader = PREVIEW_DECODERS.get(kind)
-    if loader is None:
-        raise InputError(f"no preview decoder {kind!r} in this build; use one of {', '.join(PREVIEW_DECODERS)}")
-    return loader(Path(model) if model is not None else None)
+def open_preview_decoder(kind: str, model: Path | None = None,
+                         on_fallback: Callable[[str], None] | None = None) -> PreviewDecoder:
+    """The preview decoder called ``kind`` for the model folder ``model``: InputError for an unknown name, the
+    loader's EngineError when its files are missing or wrong; with ``on_fallback`` instead the linear map,
+    and ``on_fallback`` is told why."""
+    try:
+        loader = PREVIEW_DECODERS.get(kind)
+        if loader is None:
+            raise InputError(f"no preview decoder {kind!r} in this build; use one of {', '.join(PREVIEW_DECODERS)}")
+        return loader(Path(model) if model is not None else None)
+    except EngineError as exc:
+        if on_fallback is None:
+            raise
+        on_fallback(f"{exc}; previews use the linear map instead")
+        return linear_preview

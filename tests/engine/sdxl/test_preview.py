@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.errors import InputError
-from engine.sdxl.preview import linear_preview, linear_rgb, open_preview_decoder
+from engine.errors import InputError, ModelFileError
+from engine.sdxl.preview import PREVIEW_DECODERS, linear_preview, linear_rgb, open_preview_decoder
 
 
 def test_the_linear_map_is_the_published_factor_matrix_applied():
@@ -56,3 +56,15 @@ def test_an_unknown_preview_decoder_names_the_ones_there_are():
     assert open_preview_decoder("linear") is linear_preview
     with pytest.raises(InputError, match="no preview decoder 'fancy'.*linear"):
         open_preview_decoder("fancy")
+
+
+def test_a_decoder_that_cannot_load_falls_back_to_the_linear_map_saying_why(monkeypatch, tmp_path):
+    def missing(model):
+        raise ModelFileError(f"{model / 'vae_tiny'}: no such folder")
+
+    monkeypatch.setitem(PREVIEW_DECODERS, "tiny", missing)
+    told = []
+    assert open_preview_decoder("tiny", tmp_path, on_fallback=told.append) is linear_preview
+    assert told == [f"{tmp_path / 'vae_tiny'}: no such folder; previews use the linear map instead"]
+    with pytest.raises(ModelFileError):
+        open_preview_decoder("tiny", tmp_path)
