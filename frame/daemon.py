@@ -13,6 +13,20 @@ the saved one, and puts a finished picture on the panel when the schedule says i
 the display's ``min_interval`` after the previous one; presses during a refresh wait in
 the queue. A separate thread pings the systemd watchdog while this loop is alive.
 
+What else goes on the panel, never into the history:
+
+- the first screen: started with nothing to show (an empty history), the frame says at
+  once what it is doing (making its first picture: theme, ready time) or what it needs
+  (no model yet: where to copy one), quiet hours or not;
+- previews (``display.preview``): the picture being made, from the worker's preview file,
+  with a status strip (theme, step k/n, ready about HH:MM), every N minutes or, on
+  ``auto``, every quarter of the picture's making time; only outside quiet hours, never
+  sooner than ``min_interval``, only for a picture that goes up as soon as it is ready
+  (not one made ahead for a later ``schedule.times`` slot), and not within
+  ``display.browse_timeout`` minutes of a screen a person asked for (browsing the
+  history, the status screen, ``slowframe show``). Browsing from a preview starts at the
+  newest picture in the history.
+
 Failures: a worker killed for memory is retried once with the next lower-memory preset;
 any other failure is logged and the frame moves on to the next theme, backing off when
 failures repeat and putting the error on the panel after FAILURES_ON_PANEL of them (or
@@ -29,7 +43,7 @@ import random
 import queue
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -38,18 +52,19 @@ from frame.buttons import ButtonEvent, Buttons, ButtonsUnavailable
 from frame.config import (Config, ConfigError, Problem, ScheduleSettings, Theme, default_config, find_config,
                           load_config)
 from frame.control import SOCKET_NAME, ControlServer
+from frame.display.config import DisplayConfig
 from frame.display.errors import DisplayError
 from frame.history import History
 from frame.jobs import CRASHES_TO_SET_ASIDE, Job, JobStore
 from frame.loratags import take_tags
 from frame.notify import Notifier, Watchdog
-from frame.paths import SEARCH_PATH
+from frame.paths import SEARCH_PATH, on_models_drive
 from frame.power import PowerError, SystemPower
 from frame.pictures import PictureError, open_picture
 from frame.userfiles import MAX_FILE_BYTES, UserFileError, read_json_object
-from frame.scheduler import Clock, SystemClock, describe_wait, due_at, quiet_hours_at, quiet_until
+from frame.scheduler import Clock, SystemClock, describe_wait, due_at, next_time, quiet_hours_at, quiet_until
 from frame.themes import ThemePicker, choose_prompt
-from frame.worker import DEFAULT_GENERATOR, ChildRunner, Failed, Finished, JobProgress
+from frame.worker import DEFAULT_GENERATOR, ChildRunner, Failed, Finished, JobPreview, JobProgress, PreviewRequest
 
 log = logging.getLogger("slowframe.daemon")
 
@@ -60,6 +75,8 @@ FAILURES_ON_PANEL = 3
 MAX_LOOP_ERRORS = 5              # unexpected errors in a row before the daemon gives up and exits
 BACKOFF_SECONDS = (0, 300, 1800, 7200, 21600)   # after 1, 2, 3, 4, 5+ failures in a row
 BROWSE = ("previous", "next", "latest")
+AUTO_PREVIEWS = 4        # display.preview "auto": a preview every quarter of the picture's making time
+PREVIEW_FILES = 2        # preview files the worker writes per preview shown, so a fresh one is at hand
 
 
 class AlreadyRunning(Exception):
@@ -131,6 +148,11 @@ class Daemon:
         self._lock = None
         self._loop_errors = 0
         self._disk_error: str | None = None
+        self._preview: JobPreview | None = None     # the newest preview of the current job not yet shown
+        self._preview_on_panel = False
+        self._last_refresh = self.clock.monotonic()   # previews wait one interval from the start, too
+        self._chosen_until: float | None = None      # previews wait for a screen a person asked for until then
+        self._first_screen = True                    # still to decide whether the panel needs a first screen
         state = self._load_state()
         self.last_new: dt.datetime | None = self._plausible(_parse_time(state.get("last_new")))
         self.shown_id: str | None = state.get("shown") if isinstance(state.get("shown"), str) else None
@@ -305,6 +327,9 @@ class Daemon:
                 self.progress = event
                 if event.seconds_per_step:
                     self.current.seconds_per_step = event.seconds_per_step
+        elif isinstance(event, JobPreview):
+            if self.current is not None and event.job_id == self.current.job.id:
+                self._preview = event
         elif isinstance(event, Finished):
             self._finished(event)
         elif isinstance(event, Failed):
@@ -350,13 +375,14 @@ class Daemon:
     def _apply(self, config: Config) -> None:
         old, self.config = self.config, config
         logging.getLogger().setLevel(config.log_level.upper())
-        if old is None or old.display != config.display:
+        panel_changed = old is None or _panel_settings(old.display) != _panel_settings(config.display)
+        if panel_changed:
             if self.display is not None:
                 self.display.close()
                 self.display = None
             self._display_failed_at = None
             self._open_display()
-        if old is None or old.buttons != config.buttons or old.display != config.display:
+        if old is None or old.buttons != config.buttons or panel_changed:
             self._open_buttons()
         if old is None or old.history != config.history:
             self.history = History(config.history.folder or self.state_dir / "history",
@@ -398,8 +424,6 @@ class Daemon:
     def _show_config_errors(self, errors: list[Problem]) -> None:
         if self.display is None:
             try:
-                from frame.display.config import DisplayConfig
-
                 self.display = self.display_factory(DisplayConfig())
             except (DisplayError, OSError) as exc:
                 log.warning("cannot show the config errors on the panel: %s", exc)
@@ -534,6 +558,7 @@ class Daemon:
         self.jobs.clear()
         self.current = None
         self.progress = None
+        self._preview = None
 
     def _browse(self, which: str) -> None:
         entries = self.history.entries() if self.history is not None else []
@@ -541,7 +566,8 @@ class Daemon:
             log.info("show %s: there are no pictures in the history yet", which)
             return
         ids = [e.id for e in entries]
-        at = ids.index(self.cursor) if self.cursor in ids else len(ids) - 1
+        # from a preview (the picture after the newest), "previous" is the newest picture
+        at = len(ids) if self._preview_on_panel else ids.index(self.cursor) if self.cursor in ids else len(ids) - 1
         target = {"previous": max(0, at - 1), "next": min(len(ids) - 1, at + 1), "latest": len(ids) - 1}[which]
         if self.cursor in ids and target == at and self.shown_id == ids[target] and self._wanted is None:
             log.info("show %s: already at the %s picture", which, "oldest" if which == "previous" else "newest")
@@ -566,6 +592,8 @@ class Daemon:
         elif self.current.finished is None and self._launched is None and \
                 (self._retry_at is None or self.clock.now() >= self._retry_at):
             self._launch()          # a job found at start-up, retried with another preset, or after a full disk
+        self._show_first_screen()
+        self._show_preview_when_due()
         self._show_pending_error()
 
     def _start_next(self) -> None:
@@ -620,9 +648,22 @@ class Daemon:
     def _launch(self) -> None:
         job = self.current.job
         self.progress = None
+        self._preview = None
         self._retry_at = None
-        self.runner.start(job, self.jobs.checkpoint_dir, self.jobs.result_path, self.jobs.folder / "worker.lock")
+        self.runner.start(job, self.jobs.checkpoint_dir, self.jobs.result_path, self.jobs.folder / "worker.lock",
+                          self._preview_request(job))
         self._launched = job.id
+
+    def _preview_request(self, job: Job) -> PreviewRequest | None:
+        """What to ask the worker for: preview files often enough that a fresh one is at hand whenever a preview
+        is due (PREVIEW_FILES per preview shown), none when previews are off."""
+        every = self.config.display.preview
+        if every == "off":
+            return None
+        if every == "auto":   # the step time is not known yet: count in steps
+            return PreviewRequest(self.jobs.preview_path, every_steps=max(1, job.steps // (AUTO_PREVIEWS *
+                                                                                            PREVIEW_FILES)))
+        return PreviewRequest(self.jobs.preview_path, every_seconds=every * 60 / PREVIEW_FILES)
 
     def _finished(self, event: Finished) -> None:
         if self.current is None or event.job_id != self.current.job.id:
@@ -635,6 +676,7 @@ class Daemon:
         self.jobs.save(state)
         self.failures = 0
         self._retry_at = None
+        self._preview = None
         self.last_error = None
         if self._error_on_panel is not None and not self._error_on_panel.startswith("config"):
             self._error_on_panel = None
@@ -704,6 +746,7 @@ class Daemon:
         self.jobs.save(state)
         if self._refresh(lambda: self.display.show(image, caption=state.job.prompt), f"the new picture {state.job.id}"):
             self.last_new = now
+            self._chosen_until = None
         entry = self._store(state, shown=True)
         self.shown_id = self.cursor = entry.id
         self._error_on_panel = None
@@ -732,6 +775,7 @@ class Daemon:
         if self.display is None or self.display.seconds_until_ready() > 0:
             return
         wanted, self._wanted = self._wanted, None
+        shown = False
         if wanted[0] == "entry":
             entry = self.history.get(wanted[1])
             if entry is None:
@@ -742,14 +786,16 @@ class Daemon:
                 log.error("history: %s", exc)
                 self._error_screen = f"picture {entry.id} in the history cannot be read"
                 return
-            if self._refresh(lambda: self.display.show(image, caption=entry.prompt), f"picture {entry.id}"):
+            shown = self._refresh(lambda: self.display.show(image, caption=entry.prompt), f"picture {entry.id}")
+            if shown:
                 self.shown_id = entry.id
         elif wanted[0] == "status":
             from frame.display.text import error_screen
 
             screen = error_screen(self.status_text(), self.display.size, title="slowframe status",
                                   footer=f"{self.clock.now():%Y-%m-%d %H:%M} - the next picture replaces this")
-            if self._refresh(lambda: self.display.show(screen), "the status screen"):
+            shown = self._refresh(lambda: self.display.show(screen), "the status screen")
+            if shown:
                 self.shown_id = None
         elif wanted[0] == "image":
             try:
@@ -757,10 +803,111 @@ class Daemon:
             except PictureError as exc:
                 log.error("show: %s", exc)
                 return
-            if self._refresh(lambda: self.display.show(image), wanted[1]):
+            shown = self._refresh(lambda: self.display.show(image), wanted[1])
+            if shown:
                 self.shown_id = None
         self._error_on_panel = None
+        if shown:   # a screen the person chose: previews hold back for a while
+            self._chosen_until = self.clock.monotonic() + self.config.display.browse_timeout * 60
         self._save_state()
+
+    def _show_first_screen(self) -> None:
+        """Started with nothing to show: say at once what the frame is doing, or what it needs."""
+        if not self._first_screen or self.display is None or self.display.seconds_until_ready() > 0:
+            return
+        if (self.history is not None and self.history.entries()) or self._error_on_panel is not None or \
+                (self.current is not None and self.current.finished):
+            self._first_screen = False   # a picture, or something the person must read, goes up instead
+            return
+        now = self.clock.now()
+        model = self.config.model.path
+        if not model.exists():
+            place = on_models_drive(model)
+            where = (f"Copy an SDXL model folder onto the card's \u201cmodels\u201d drive as {place} "
+                     f"(on the frame: {model})." if place is not None else f"Copy an SDXL model folder to {model}.")
+            title, lines = "No model yet", [where, f"Or set model.path in {self.config.source or 'the config'}.",
+                                            "The frame looks again every minute."]
+        elif self.current is not None:
+            job = self.current.job
+            title = "Making the first picture"
+            ready = self._ready_text(now) if self._eta(now) else "ready time: known after the first step"
+            lines = [f"Theme: {job.theme}", ready[0].upper() + ready[1:]]
+            if self.config.display.preview != "off":
+                lines.append("It shows here as it develops.")
+        else:
+            return   # neither: a failure or a wait, which the error screen explains
+        self._first_screen = False
+        if self._refresh(lambda: self.display.show_notice(title, lines, f"slowframe \u00b7 {now:%Y-%m-%d %H:%M} "
+                                                                       "\u00b7 `slowframe status` for more"),
+                         f"the first screen ({title.lower()})"):
+            self.shown_id = None
+            if self._error_screen is not None and not model.exists():
+                self._error_on_panel, self._error_screen = self._error_screen, None   # said already, in large type
+
+    def _eta(self, now: dt.datetime) -> dt.datetime | None:
+        """When the current job's picture should be finished, from its step time; None before that is known."""
+        state = self.current
+        per_step = (self.progress.seconds_per_step if self.progress else None) or state.seconds_per_step
+        if not per_step:
+            return None
+        step = self.progress.step if self.progress else 0
+        return now + dt.timedelta(seconds=(state.job.steps - step) * per_step)
+
+    def _ready_text(self, now: dt.datetime) -> str:
+        """'ready about 14:35' (or 'tomorrow about 07:10'): when the current picture goes up on the panel."""
+        eta = self._eta(now)
+        job = self.current.job
+        due = quiet_until(self._schedule(), eta) if job.requested else due_at(self._schedule(), eta, self.last_new)
+        days = (due.date() - now.date()).days
+        return f"ready {'' if days <= 0 else 'tomorrow ' if days == 1 else f'on {due:%a} '}about {due:%H:%M}"
+
+    def _show_preview_when_due(self) -> None:
+        """Put the newest preview up when ``display.preview`` says one is due (see the module's docstring)."""
+        state, preview = self.current, self._preview
+        if state is None or state.finished or preview is None or self.display is None or self._wanted is not None \
+                or self._error_screen is not None:
+            return
+        interval = self._preview_interval()
+        mono, now = self.clock.monotonic(), self.clock.now()
+        if interval is None or mono < self._last_refresh + interval or \
+                (self._chosen_until is not None and mono < self._chosen_until):
+            return
+        schedule = self._schedule()
+        if quiet_hours_at(schedule, now) or self.display.seconds_until_ready() > 0:
+            return
+        slot = next_time(schedule, self.last_new) if self.last_new is not None else None
+        if not state.job.requested and slot is not None and slot > now:
+            return   # made ahead for a later slot: the picture on the panel stays until then
+        try:
+            image = open_picture(preview.path)
+        except PictureError as exc:
+            log.warning("preview: %s", exc)
+            self._preview = None
+            return
+        job = state.job
+        status = " \u00b7 ".join([job.theme, f"step {preview.step}/{preview.steps}"] +
+                                 ([self._ready_text(now)] if self._eta(now) else []))
+        self._preview = None
+        if self._refresh(lambda: self.display.show_developing(image, status, preview.step / preview.steps),
+                         f"a preview of {job.id} ({status})"):
+            self.shown_id = None
+            self._error_on_panel = None
+            self._preview_on_panel = True
+
+    def _preview_interval(self) -> float | None:
+        """Seconds from one refresh to the next preview: display.preview's minutes, or on "auto" a quarter of the
+        picture's making time (None until the step time is known); never less than min_interval; None: off."""
+        every = self.config.display.preview
+        if every == "off":
+            return None
+        if every == "auto":
+            per_step = (self.progress.seconds_per_step if self.progress else None) or self.current.seconds_per_step
+            if not per_step:
+                return None
+            seconds = self.current.job.steps * per_step / AUTO_PREVIEWS
+        else:
+            seconds = every * 60
+        return max(seconds, self.config.display.min_interval)
 
     def _show_pending_error(self) -> None:
         message = self._error_screen
@@ -785,6 +932,8 @@ class Daemon:
             log.error("display: could not show %s: %s", what, exc)
             return False
         log.info("display: showing %s", what)
+        self._last_refresh = self.clock.monotonic()
+        self._preview_on_panel = False
         return True
 
     # ---------------------------------------------------------------- status
@@ -886,6 +1035,12 @@ class Daemon:
         state = {"last_new": _iso(self.last_new) if self.last_new else None, "shown": self.shown_id,
                  "cursor": self.cursor, "picker": self.picker.state if self.picker else self._picker_state}
         write_bytes(self._state_path, (json.dumps(state, indent=2) + "\n").encode())
+
+
+def _panel_settings(display: DisplayConfig) -> DisplayConfig:
+    """The display settings the panel itself uses: a change to the others (when previews come) reopens nothing,
+    so the panel's rest between refreshes is kept."""
+    return replace(display, preview=DisplayConfig.preview, browse_timeout=DisplayConfig.browse_timeout)
 
 
 def _iso(t: dt.datetime) -> str:

@@ -6,6 +6,7 @@ model, preset...). ``JobStore`` keeps the current one in the state directory:
     job/job.json          the spec and its progress (written atomically)
     job/checkpoints/      the pipeline's checkpoints (a resumed job continues from them)
     job/result.png        the finished picture, until it is shown and moved to the history
+    job/preview.png       the newest preview of the picture being made (never in the history)
 
 so after a power cut, a crash or SIGKILL the daemon finds the same job, and the
 pipeline resumes from its newest checkpoint to the same picture.
@@ -146,6 +147,10 @@ class JobStore:
     def result_path(self) -> Path:
         return self.folder / "result.png"
 
+    @property
+    def preview_path(self) -> Path:
+        return self.folder / "preview.png"
+
     def load(self) -> JobState | None:
         """The saved job, or None; a job.json that cannot be a job is set aside (its reason logged) and None
         returned."""
@@ -201,4 +206,5 @@ class JobStore:
         """Forget the current job (after it is shown, skipped or given up)."""
         self.spec_path.unlink(missing_ok=True)
         self.result_path.unlink(missing_ok=True)
+        self.preview_path.unlink(missing_ok=True)
         shutil.rmtree(self.checkpoint_dir, ignore_errors=True)

@@ -10,7 +10,8 @@ on a PC without them the per-user fallbacks below apply, so ``slowframe run`` an
   found wins (the boot partition first, then systemd's ConfigurationDirectory); with no
   file the frame runs on its built-in defaults.
 - SYSTEM_STATE_DIR: the service's jobs, checkpoints and history (systemd's StateDirectory).
-- MODELS_DIR: model folders; the image mounts its exFAT models partition here.
+- MODELS_DIR: model folders; the image mounts its exFAT models partition here. A PC shows
+  that partition as the drive MODELS_DRIVE (``on_models_drive`` says where a model goes on it).
 - DEFAULT_MODEL_PATH: the model the config's ``model.path`` names by default.
 - LORA_DIR: the LoRA files ``<lora:NAME:WEIGHT>`` in a prompt names (the config's ``model.lora_folder``).
 - SYSTEM_RUNTIME_DIR: the folder of the daemon's control socket (systemd's RuntimeDirectory).
@@ -25,6 +26,7 @@ BOOT_PARTITION = Path("/boot/firmware")
 SEARCH_PATH = (BOOT_PARTITION / "slowframe.yaml", Path("/etc/slowframe/config.yaml"))
 SYSTEM_STATE_DIR = Path("/var/lib/slowframe")
 MODELS_DIR = SYSTEM_STATE_DIR / "models"
+MODELS_DRIVE = "models"   # the exFAT partition's label (image/build), the drive's name on a PC
 DEFAULT_MODEL_PATH = MODELS_DIR / "sdxl-base-1.0"
 LORA_DIR = MODELS_DIR / "loras"
 SYSTEM_RUNTIME_DIR = Path("/run/slowframe")
@@ -49,3 +51,13 @@ def default_runtime_dir() -> Path:
     if os.environ.get("XDG_RUNTIME_DIR"):
         return Path(os.environ["XDG_RUNTIME_DIR"]) / "slowframe"
     return Path(f"/tmp/slowframe-{os.getuid()}")
+
+
+def on_models_drive(path: Path) -> Path | None:
+    """Where ``path`` is on the card's MODELS_DRIVE as a PC sees it (e.g. ``sdxl-base-1.0``), or None when the
+    path is elsewhere (then only the frame itself can put a model there)."""
+    try:
+        inside = Path(path).relative_to(MODELS_DIR)
+    except ValueError:
+        return None
+    return inside if inside.parts else None

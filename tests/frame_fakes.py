@@ -8,7 +8,8 @@ size with metadata. Its behaviour comes from ``fake.json`` in the "model" folder
 ``step_seconds`` (time per step), ``oom_presets`` (presets under which it dies as the
 kernel's OOM killer would make it, or with ``oom_kind: memoryerror`` of a MemoryError),
 ``fail`` (an error message to raise; a ModelFileError, or with ``fail_kind: storage`` a
-StorageError, as a full disk gives). Every call is appended to ``calls.log`` there, so
+StorageError, as a full disk gives), ``no_denoised`` (progress without the ``denoised``
+estimate, as a pipeline without one reports). Every call is appended to ``calls.log`` there, so
 tests can see presets, resumes and finishes. ``make_job`` and ``uninterrupted_state`` give
 a job for it and the state it ends in when nothing disturbs it.
 """
@@ -50,6 +51,7 @@ class FakeStepProgress:
     steps: int
     seconds_per_step: float | None = None
     resumed_from: int | None = None
+    denoised: np.ndarray | None = None   # the estimate of the final latents, (1, 4, height/8, width/8) float32
 
 
 @dataclass
@@ -103,7 +105,9 @@ class FakePipeline:
                 tmp.write_text(json.dumps({"spec": spec, "step": step + 1, "state": state.tolist()}))
                 os.replace(tmp, ckpt)
             if on_progress is not None:
-                progress = FakeStepProgress(step + 1, steps, resumed_from=start if start and step == start else None)
+                progress = FakeStepProgress(step + 1, steps, resumed_from=start if start and step == start else None,
+                                            denoised=None if self.behaviour.get("no_denoised") else
+                                            denoised(state, width, height))
                 if on_progress(progress) is False:
                     raise Cancelled("on_progress returned False")
         self._log(event="done", prompt=prompt, seed=seed, state=state.tolist())
@@ -113,6 +117,11 @@ class FakePipeline:
 
 def load_fake(model: str, preset: str, loras) -> FakePipeline:
     return FakePipeline(model, preset, loras)
+
+
+def denoised(state: np.ndarray, width: int, height: int) -> np.ndarray:
+    """A latent-shaped estimate decided by ``state``: what the real pipeline reports as ``denoised``."""
+    return np.resize((state * 4.0 - 2.0).astype(np.float32), (1, 4, height // 8, width // 8))
 
 
 def picture(state: np.ndarray, width: int, height: int) -> Image.Image:
@@ -159,10 +168,11 @@ class ManualRunner:
     def running(self) -> bool:
         return self.job is not None
 
-    def start(self, job, checkpoint_dir, output, lock) -> None:
+    def start(self, job, checkpoint_dir, output, lock, preview=None) -> None:
         assert self.job is None, "a job is already running"
         self.job = job
         self.output = Path(output)
+        self.preview_request = preview
         self.started.append((job, Path(checkpoint_dir), Path(output)))
 
     def stop(self) -> None:
@@ -175,6 +185,14 @@ class ManualRunner:
         from frame.worker import JobProgress
 
         self.post(JobProgress(self.job.id, step, self.job.steps, seconds_per_step))
+
+    def preview(self, step: int, colour=(40, 120, 200)) -> None:
+        """A preview after ``step`` steps, written where the daemon asked, as the worker would."""
+        from frame.worker import JobPreview
+
+        assert self.preview_request is not None, "the daemon asked for no previews"
+        Image.new("RGB", (self.job.width // 8, self.job.height // 8), colour).save(self.preview_request.path)
+        self.post(JobPreview(self.job.id, self.preview_request.path, step, self.job.steps))
 
     def finish(self, colour=(200, 120, 40)) -> None:
         from frame.worker import Finished

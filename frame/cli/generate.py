@@ -24,6 +24,7 @@ from engine import defaults
 from engine.atomic import atomic_write
 from engine.errors import Cancelled, CheckpointMismatch, InputError
 from engine.options import PRESETS
+from engine.sdxl.preview import PREVIEW_DECODERS, PreviewDecoder, open_preview_decoder
 from engine.sdxl.samplers import SAMPLERS
 from frame.loratags import find_tags, take_tags
 from frame.paths import LORA_DIR
@@ -75,6 +76,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--restart", action="store_true", help="discard the checkpoints in --checkpoint-dir first")
     p.add_argument("--ops-printf", action="store_true", help="print every op with its bytes, time and RSS")
     p.add_argument("--json", action="store_true", help="print progress as one JSON object per line on stdout")
+    p.add_argument("--preview-every", type=int, metavar="N",
+                   help="every N steps, write the sampler's estimate of the picture so far, through a preview "
+                        "decoder (seconds, not a VAE decode), to --preview-dir as step-KKK.png")
+    p.add_argument("--preview-dir", metavar="DIR", help="where previews and decoded steps go (default: previews/)")
+    p.add_argument("--preview-decoder", choices=sorted(PREVIEW_DECODERS), default="linear",
+                   help="linear: SDXL's latent-to-RGB map, 8x upscaled (default)")
+    p.add_argument("--decode-every", type=int, metavar="N",
+                   help="every N steps, decode the estimate with the full VAE to --preview-dir as decoded-KKK.png "
+                        "(minutes each and the VAE's memory on top of the UNet's: for a PC)")
     p.set_defaults(func=cmd_generate)
 
 
@@ -131,6 +141,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     width, height = size_from(args)
     preset = preset_from(args)
+    for flag, every in (("--preview-every", args.preview_every), ("--decode-every", args.decode_every)):
+        if every is not None and every < 1:
+            raise InputError(f"{flag} must be 1 or more (a picture every N steps), got {every}")
     overrides = {"ops_printf": True} if args.ops_printf else {}
     loras = []
     if args.lora:     # engine.convert only when needed: what is imported stays resident through the UNet
@@ -151,11 +164,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: cancel.set())
     progress = JsonProgress() if args.json else ProgressBar()
+    watchers = [progress] + step_pictures(args, pipe)
+
+    def on_progress(p) -> None:
+        for watch in watchers:
+            watch(p)
+
     try:
         result = pipe.generate(prompt, args.neg_prompt, steps=args.steps, guidance=args.guidance,
                                seed=args.seed, width=width, height=height, sampler=args.sampler, turbo=args.turbo,
                                init_noise=init_noise, checkpoint_dir=args.checkpoint_dir, restart=args.restart,
-                               on_progress=progress, cancel=cancel, tiled=not args.not_tiled)
+                               on_progress=on_progress, cancel=cancel, tiled=not args.not_tiled)
     except CheckpointMismatch as e:
         raise InputError(f"{e.folder} holds checkpoints of a different job ({'; '.join(e.differences)}). Add "
                          "--restart to discard them and start this job over, or give another --checkpoint-dir."
@@ -179,6 +198,38 @@ def cmd_generate(args: argparse.Namespace) -> int:
         f"all {meta['steps']} steps were done already in {args.checkpoint_dir}: only the VAE ran"
     print(f"wrote {output} ({meta['width']}x{meta['height']}, seed {meta['seed']}, {how})", file=sys.stderr)
     return 0
+
+
+def step_pictures(args: argparse.Namespace, pipe) -> list[StepPictures]:
+    """The --preview-every and --decode-every writers the flags ask for."""
+    folder = Path(args.preview_dir or "previews")
+    writers = []
+    if args.preview_every:
+        decoder = open_preview_decoder(args.preview_decoder, Path(args.models_path),
+                                       on_fallback=lambda why: print(f"slowframe: {why}", file=sys.stderr))
+        writers.append(StepPictures(args.preview_every, folder, "step", decoder))
+    if args.decode_every:
+        writers.append(StepPictures(args.decode_every, folder, "decoded",
+                                    lambda z: pipe.decode(z, tiled=not args.not_tiled)))
+    return writers
+
+
+class StepPictures:
+    """Every ``every`` steps but the last (the picture itself), the progress report's ``denoised`` estimate
+    through ``decode``, written as ``folder/{name}-KKK.png``; reports without an estimate are skipped."""
+
+    def __init__(self, every: int, folder: Path, name: str, decode: PreviewDecoder):
+        self.every, self.folder, self.name, self.decode = every, folder, name, decode
+        self.written: int | None = None   # the step last written (a step can be reported once per evaluation)
+
+    def __call__(self, p) -> None:
+        denoised = getattr(p, "denoised", None)
+        if denoised is None or p.step % self.every or p.step >= p.steps or p.step == self.written:
+            return
+        self.written = p.step
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with atomic_write(self.folder / f"{self.name}-{p.step:03d}.png") as f:
+            self.decode(denoised).save(f, format="PNG")
 
 
 def load_npy(path: str, flag: str) -> np.ndarray:

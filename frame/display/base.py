@@ -23,7 +23,8 @@ from frame.display.errors import DisplayError, PanelBusyError
 from frame.display.fit import fit_picture
 from frame.display.palette import Palette
 from frame.display.panels import Panel
-from frame.display.text import caption_height, caption_strip, error_screen
+from frame.display.text import (caption_height, caption_strip, error_screen, notice_screen, status_height,
+                                status_strip)
 
 log = logging.getLogger("slowframe.display")
 
@@ -139,6 +140,41 @@ class Display:
         picture = DitheredPicture(indices, self._to_panel(indices), self.palette)
         self.refresh(picture)
         return picture
+
+    def show_developing(self, image: Image.Image, status: str, progress: float) -> DitheredPicture:
+        """Put a picture still being made on the panel, with a status strip under it: ``status`` (theme, step,
+        ready time) over a bar in the accent ink filled to ``progress`` (0..1)."""
+        w, h = self.size
+        strip = status_height(h)
+        picture = dither(fit_picture(image, (w, h - strip), self.config.fit, self.config.crop), self.palette,
+                         self.settings)
+        indices = np.vstack([picture, self._inks(status_strip(status, w, strip, progress, self.accent))])
+        shown = DitheredPicture(indices, self._to_panel(indices), self.palette)
+        self.refresh(shown)
+        return shown
+
+    def show_notice(self, title: str, lines: list[str], footer: str = "") -> DitheredPicture:
+        """Put a notice on the panel in large type: what the frame is doing, or what it needs from you."""
+        indices = self._inks(notice_screen(title, lines, self.size, self.accent, footer))
+        shown = DitheredPicture(indices, self._to_panel(indices), self.palette)
+        self.refresh(shown)
+        return shown
+
+    @property
+    def accent(self) -> tuple[int, int, int]:
+        """The pure colour of the ink screens are accented in: red, which every panel has."""
+        return self.palette.nominal[self.palette.inks.index("red")]
+
+    def _inks(self, screen: Image.Image) -> np.ndarray:
+        """Ink indices for a screen drawn in the inks' pure colours: each pixel the ink nearest in colour, no
+        dithering, so text and bars come out solid."""
+        pixels = np.asarray(screen.convert("RGB"), np.int32)
+        packed, inverse = np.unique((pixels[..., 0] << 16) | (pixels[..., 1] << 8) | pixels[..., 2],
+                                    return_inverse=True)
+        colours = np.stack([packed >> 16, (packed >> 8) & 255, packed & 255], -1)
+        nominal = np.asarray(self.palette.nominal, np.int32)
+        nearest = ((colours[:, None, :] - nominal[None, :, :]) ** 2).sum(-1).argmin(1).astype(np.uint8)
+        return nearest[inverse].reshape(pixels.shape[:2])
 
     def refresh(self, picture: DitheredPicture) -> None:
         """Send a rendered picture to the panel: serialised, rate-limited, busy timeouts retried."""

@@ -29,7 +29,8 @@ class DisplayKey:
     """One ``display:`` key: the type of its value, which values it takes, what it means.
 
     ``choices``: the allowed names (``also``: names accepted without being listed); ``bad``:
-    for numbers, why a value is out of range (None when it is in range).
+    for numbers, why a value is out of range (None when it is in range); ``words``: names a
+    number key takes instead of a number.
     """
 
     type: type
@@ -37,12 +38,17 @@ class DisplayKey:
     choices: tuple[str, ...] = ()
     also: tuple[str, ...] = ()
     bad: Callable[[float], str | None] | None = None
+    words: tuple[str, ...] = ()
 
     def check(self, key: str, value, strict: bool = False) -> None:
         """DisplayError saying what is allowed when ``value`` is not; ``strict``: the ``also`` names are not."""
         if self.choices and value not in (self.choices if strict else self.choices + self.also):
             raise DisplayError(f"display.{key}: {reprlib.repr(value)} is not one of {', '.join(self.choices)}")
-        if self.bad is not None and (why := self.bad(value)):
+        if isinstance(value, str) and self.words:
+            if value not in self.words:
+                raise DisplayError(f"display.{key}: expected a number or one of {', '.join(self.words)}, "
+                                   f"got {reprlib.repr(value)}")
+        elif self.bad is not None and (why := self.bad(value)):
             raise DisplayError(f"display.{key}: {value} {why}")
 
 
@@ -66,6 +72,13 @@ KEYS: dict[str, DisplayKey] = {   # in DisplayConfig's order
     "caption": DisplayKey(bool, "put the prompt under each picture"),
     "min_interval": DisplayKey(float, "seconds from the end of one refresh to the start of the next (e-ink needs "
                                       "rest)", bad=lambda v: "seconds cannot be negative" if v < 0 else None),
+    "preview": DisplayKey(float, "how often the panel shows the picture being made, with a strip saying theme, "
+                                 'step and ready time: every N minutes, "auto" (a quarter of the picture\'s making '
+                                 'time, so about 3 times per picture) or "off"; never more often than min_interval',
+                          words=("auto", "off"), bad=lambda v: None if v > 0 else "minutes must be more than 0"),
+    "browse_timeout": DisplayKey(float, "minutes a picture you chose with the buttons (or `slowframe show`) stays "
+                                        "before a preview may replace it",
+                                 bad=lambda v: "minutes cannot be negative" if v < 0 else None),
     "busy_retries": DisplayKey(int, "how often to retry a refresh whose BUSY line timed out",
                                bad=lambda v: "cannot be negative" if v < 0 else None),
     "output": DisplayKey(str, "folder for the file backend"),
@@ -89,12 +102,14 @@ class DisplayConfig:
     palette: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
     caption: bool = False
     min_interval: float = 180.0
+    preview: float | str = "auto"
+    browse_timeout: float = 60.0
     busy_retries: int = 2
     output: str = "slowframe-display"
 
     def __post_init__(self):
         # named values first, then numbers: the first problem found is the one reported
-        for key in [k for k, s in KEYS.items() if s.choices] + [k for k, s in KEYS.items() if s.bad]:
+        for key in [k for k, s in KEYS.items() if s.choices] + [k for k, s in KEYS.items() if s.bad or s.words]:
             # the file backend has no EEPROM to read, so it needs a panel name, not "auto"
             KEYS[key].check(key, getattr(self, key), strict=key == "panel" and self.backend == "file")
 
@@ -143,8 +158,14 @@ def _typed(key: str, value) -> object:
             raise DisplayError(f"{where}: expected a whole number, got {reprlib.repr(value)}")
         return value
     if kind is float:
+        words = KEYS[key].words
+        if isinstance(value, str) and value in words:
+            return value
+        if value is False and "off" in words:   # YAML reads a bare off (or no) as false
+            return "off"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise DisplayError(f"{where}: expected a number, got {reprlib.repr(value)}")
+            expected = f"a number or one of {', '.join(words)}" if words else "a number"
+            raise DisplayError(f"{where}: expected {expected}, got {reprlib.repr(value)}")
         return float(value)
     if not isinstance(value, str):
         raise DisplayError(f"{where}: expected text, got {reprlib.repr(value)}")

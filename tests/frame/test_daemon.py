@@ -9,95 +9,18 @@ import signal
 import socket
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from gpiozero.pins.mock import MockFactory
 from PIL import Image
 
-from frame.buttons import Buttons
+from daemon_frames import CONFIG, Frame
 from frame.daemon import CONFIG_POLL_SECONDS, Daemon
 from frame.display import open_display
 from frame.display.file_backend import FileDisplay
 from frame.jobs import Job
 from frame.notify import Notifier
-from frame_fakes import FakeClock, ManualRunner
-
-CONFIG = """\
-model: {path: model, preset: rpi}
-display: {backend: file, panel: spectra6-7.3, output: panel, min_interval: 180}
-themes:
-  - {name: sea, prompt: "a {calm|rough} sea"}
-  - {name: hills, prompt: "green {round|steep} hills"}
-  - {name: town, prompt: "an old town", size: 1024x768}
-order: sequential
-schedule: {times: ["07:00", "19:00"], quiet_hours: ["22:00-06:00"]}
-history: {keep: 3}
-buttons: {hold_time: 0.1}
-"""
-
-
-class Frame:
-    """A daemon in a temporary folder with everything fake but the display and the buttons' logic."""
-
-    def __init__(self, tmp_path: Path, config: str = CONFIG, start=dt.datetime(2025, 3, 1, 6, 0),
-                 notifier: Notifier | None = None, display_class=FileDisplay):
-        self.root = tmp_path
-        (tmp_path / "model").mkdir(exist_ok=True)
-        self.config_path = tmp_path / "frame.yaml"
-        if not self.config_path.exists():
-            self.config_path.write_text(config)
-        self.clock = FakeClock(start)
-        self.pins = MockFactory(revision="902120")
-        self.displays: list = []
-
-        def display_factory(cfg):
-            display = display_class(cfg, clock=self.clock.monotonic, sleep=self._no_sleep)
-            self.displays.append(display)
-            return display
-
-        self.daemon = Daemon(self.config_path, tmp_path / "state", None, clock=self.clock,
-                             rng=__import__("random").Random(5), runner_factory=ManualRunner,
-                             display_factory=display_factory,
-                             buttons_factory=lambda s, pins, post: Buttons(s, pins, post, pin_factory=self.pins),
-                             notifier=notifier or Notifier(env={}))
-        self.runner: ManualRunner = self.daemon.runner
-        self.daemon.start(control=False)
-        self.daemon.step()
-
-    @staticmethod
-    def _no_sleep(seconds: float) -> None:
-        raise AssertionError(f"the daemon made the display sleep {seconds} s instead of waiting in its loop")
-
-    @property
-    def display(self):
-        return self.daemon.display
-
-    def at(self, hour: int, minute: int = 0, day: int = 1) -> None:
-        self.clock.set(dt.datetime(2025, 3, day, hour, minute))
-        self.daemon.step()
-
-    def step(self) -> None:
-        self.daemon.step()
-
-    def press(self, pin: int, held: float = 0.0, expect_events: int = 1) -> None:
-        before = self.daemon.events.qsize()
-        p = self.pins.pin(pin)
-        p.drive_low()
-        time.sleep(held)
-        p.drive_high()
-        deadline = time.monotonic() + 5
-        while self.daemon.events.qsize() < before + expect_events and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    def history(self) -> list[str]:
-        return [e.theme for e in self.daemon.history.entries()]
-
-    def close(self) -> None:
-        self.daemon.shutdown()
-        self.pins.reset()
-
+from frame_fakes import ManualRunner
 
 @pytest.fixture
 def frame(tmp_path):
@@ -122,30 +45,31 @@ def test_first_job_starts_with_the_panel_size_and_reports_progress(frame):
 
 
 def test_fixed_times_and_quiet_hours_over_a_day(frame):
+    assert frame.display.refreshes == 1   # the first screen, at once
     frame.runner.finish()
     frame.at(6, 30)
-    assert frame.history() == ["sea"] and frame.display.refreshes == 1   # the first picture goes up at once
+    assert frame.history() == ["sea"] and frame.display.refreshes == 2   # the first picture goes up at once
     assert frame.runner.started[-1][0].theme == "hills"                   # the next is made ahead
     frame.runner.finish()
     frame.at(6, 40)
-    assert frame.display.refreshes == 1
+    assert frame.display.refreshes == 2
     assert frame.daemon.snapshot["message"] == "hills: ready, shown at 07:00"
     frame.at(6, 59)
-    assert frame.display.refreshes == 1
+    assert frame.display.refreshes == 2
     frame.at(7, 0)
-    assert frame.history() == ["sea", "hills"] and frame.display.refreshes == 2
+    assert frame.history() == ["sea", "hills"] and frame.display.refreshes == 3
     frame.runner.finish()
     frame.at(12, 0)
     frame.at(18, 59)
-    assert frame.display.refreshes == 2
+    assert frame.display.refreshes == 3
     frame.at(19, 0)
     assert frame.history() == ["sea", "hills", "town"]
     frame.runner.finish()          # ready at 19:00; the next time is 07:00 tomorrow
     frame.at(23, 0)
     frame.at(6, 59, day=2)
-    assert frame.display.refreshes == 3
+    assert frame.display.refreshes == 4
     frame.at(7, 0, day=2)
-    assert frame.display.refreshes == 4 and frame.history() == ["hills", "town", "sea"]   # keep: 3
+    assert frame.display.refreshes == 5 and frame.history() == ["hills", "town", "sea"]   # keep: 3
 
 
 def test_continuous_pictures_wait_for_quiet_hours_and_the_minimum_interval(tmp_path):
@@ -154,23 +78,26 @@ def test_continuous_pictures_wait_for_quiet_hours_and_the_minimum_interval(tmp_p
     try:
         f.runner.finish()
         f.step()
-        assert f.display.refreshes == 1
-        f.runner.finish()
-        f.step()
-        assert f.display.refreshes == 1   # min_interval 180 s since the last refresh
-        f.clock.advance(seconds=179)
-        f.step()
-        assert f.display.refreshes == 1
-        f.clock.advance(seconds=1)
+        assert f.display.refreshes == 1   # the first screen went up at 21:00: the panel rests first
+        f.clock.advance(seconds=180)
         f.step()
         assert f.display.refreshes == 2
+        f.runner.finish()
+        f.step()
+        assert f.display.refreshes == 2   # min_interval 180 s since the last refresh
+        f.clock.advance(seconds=179)
+        f.step()
+        assert f.display.refreshes == 2
+        f.clock.advance(seconds=1)
+        f.step()
+        assert f.display.refreshes == 3
         f.at(22, 30)
         f.runner.finish()
         f.step()
         f.at(5, 59, day=2)
-        assert f.display.refreshes == 2   # quiet hours 22:00-06:00
+        assert f.display.refreshes == 3   # quiet hours 22:00-06:00
         f.at(6, 0, day=2)
-        assert f.display.refreshes == 3
+        assert f.display.refreshes == 4
     finally:
         f.close()
 
@@ -214,7 +141,7 @@ def test_skip_keeps_a_finished_unshown_picture_in_the_history(frame):
     frame.press(16)
     frame.step()
     assert frame.history() == ["sea", "hills"]
-    assert frame.display.refreshes == 1 and frame.runner.job.theme == "town"
+    assert frame.display.refreshes == 2 and frame.runner.job.theme == "town"   # the first screen and "sea"
 
 
 def test_hold_regenerates_the_theme_on_the_panel_and_shows_it_when_ready(frame):
@@ -229,7 +156,7 @@ def test_hold_regenerates_the_theme_on_the_panel_and_shows_it_when_ready(frame):
     assert (job.theme, job.requested) == ("sea", True) and job.seed != sea_seed
     frame.runner.finish()
     frame.at(9, 0)                        # asked for: shown when ready, not at 19:00
-    assert frame.history() == ["sea", "sea"] and frame.display.refreshes == 2
+    assert frame.history() == ["sea", "sea"] and frame.display.refreshes == 3   # after the first screen
 
 
 def test_previous_and_next_browse_the_history_and_presses_during_a_refresh_are_kept(tmp_path):
@@ -285,8 +212,9 @@ def test_previous_and_next_browse_the_history_and_presses_during_a_refresh_are_k
 def test_status_button_shows_a_status_screen(frame):
     frame.runner.progress(3)
     frame.press(24)                       # D: status
+    frame.clock.advance(seconds=180)      # the panel rests after the first screen
     frame.step()
-    assert frame.display.refreshes == 1 and frame.daemon.shown_id is None
+    assert frame.display.refreshes == 2 and frame.daemon.shown_id is None
     text = frame.daemon.status_text()
     assert text.startswith("sea: step 3/20") and "model: " in text
 
@@ -324,7 +252,7 @@ def test_restart_resumes_a_job_saved_by_an_older_frame(tmp_path):
 def test_restart_shows_a_picture_that_was_finished_but_not_shown(tmp_path):
     f = Frame(tmp_path)
     f.runner.finish()
-    f.step()
+    f.at(6, 5)
     f.runner.finish()                     # "hills": finished, waiting for 07:00
     f.at(6, 30)
     f.close()
@@ -354,12 +282,13 @@ def test_repeated_failures_back_off_and_go_on_the_panel(frame):
     frame.runner.fail("a bad tensor", user_error=True)
     frame.step()
     assert frame.runner.job.theme == "hills"            # the first failure: straight on
-    assert "a bad tensor" in frame.daemon._error_on_panel and frame.display.refreshes == 1
+    assert "a bad tensor" in frame.daemon._error_screen  # once the panel has rested from the first screen
     frame.runner.fail("a bad tensor", user_error=True)
     frame.step()
     assert frame.runner.job is None                     # the second: wait 5 minutes
     assert frame.daemon.snapshot["message"].startswith("error: hills: a bad tensor; next try at 06:05")
     frame.at(6, 5)
+    assert "a bad tensor" in frame.daemon._error_on_panel and frame.display.refreshes == 2
     frame.runner.fail("a bad tensor", user_error=True)
     frame.step()
     frame.at(6, 9)                                      # once the panel has rested
@@ -396,7 +325,7 @@ def test_a_changed_file_is_reloaded_and_a_broken_edit_keeps_the_last_good_config
     assert frame.daemon.config is good
     assert "config has 1 error(s); running the last good one" in frame.daemon.snapshot["message"]
     assert frame.daemon.snapshot["config_errors"][0].endswith("did you mean 'shuffle'?")
-    assert frame.runner.job is not None and frame.display.refreshes == 0   # nothing interrupted
+    assert frame.runner.job is not None and frame.display.refreshes == 1   # nothing but the first screen
     frame.config_path.write_text(CONFIG.replace("order: sequential", "order: weighted"))
     frame.clock.advance(seconds=CONFIG_POLL_SECONDS + 1)
     frame.step()
@@ -529,7 +458,7 @@ def test_a_last_picture_time_months_ahead_is_recomputed_from_now(tmp_path, caplo
         assert "more than a day from now" in caplog.text
         f.runner.finish()
         f.at(7, 0)
-        assert f.history() == ["sea"] and f.display.refreshes == 1   # due at the next time, not in September
+        assert f.history() == ["sea"] and f.display.refreshes == 2   # due at the next time, not in September
     finally:
         f.close()
 
@@ -659,7 +588,7 @@ def test_showing_a_decompression_bomb_is_refused_and_the_daemon_lives(frame, tmp
     assert bomb.stat().st_size < 48_000
     assert frame.daemon.handle_request({"command": "show", "image": str(bomb)})["ok"]
     frame.step()
-    assert frame.display.refreshes == 0 and frame.runner.job is not None
+    assert frame.display.refreshes == 1 and frame.runner.job is not None   # the first screen only
     assert frame.daemon.handle_request({"command": "status"})["ok"]
 
 

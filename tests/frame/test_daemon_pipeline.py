@@ -24,7 +24,7 @@ def tiny_model(tmp_path_factory):
 def config(model) -> str:
     return f"""\
 model: {{path: {model}, preset: default}}
-display: {{backend: file, panel: spectra6-4.0, output: panel, min_interval: 0}}
+display: {{backend: file, panel: spectra6-4.0, output: panel, min_interval: 0, preview: auto}}
 themes:
   - {{name: boats, prompt: "a {{red|blue}} boat", steps: 3, size: 256x256, guidance: 5}}
 buttons: {{enabled: false}}

@@ -123,3 +123,35 @@ def test_control_commands_from_the_command_line(tmp_path, daemons, capsys):
     assert main(["status", "--socket", str(tmp_path / "nope")]) == 1
     captured = capsys.readouterr()
     assert "daemon is not running" in captured.err and "Traceback" not in captured.err
+
+
+def test_previews_on_the_panel_survive_a_sigkill_and_never_enter_the_history(tmp_path, daemons):
+    model = write_fake_model(tmp_path / "model", step_seconds=0.5)
+    # a preview every 0.6 s (min_interval 0): each run of the job shows some, whatever its timing
+    config = CONFIG.replace("min_interval: 0}", "min_interval: 0, preview: 0.01}").replace("steps: 10", "steps: 24")
+    first = daemons(config)
+    deadline = time.monotonic() + 30
+    while "showing a preview of" not in first.logtext() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "showing a preview of" in first.logtext()
+    assert (tmp_path / "state" / "job" / "preview.png").exists()
+    job = json.loads((tmp_path / "state" / "job" / "job.json").read_text())["job"]
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait()
+    first.close()
+    os.unlink(first.notify_path)
+
+    before = (tmp_path / "daemon.log").stat().st_size
+    daemons(config)
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "state" / "history").glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    [sidecar] = (tmp_path / "state" / "history").glob("*.json")
+    assert json.loads(sidecar.read_text())["id"] == job["id"]
+    assert sorted(p.suffix for p in (tmp_path / "state" / "history").iterdir()) == [".json", ".png"]
+    done = [c for c in calls(model) if c["event"] == "done" and c["seed"] == job["seed"]]
+    spec = make_job(model, steps=24, seed=job["seed"], prompt=job["prompt"], width=256, height=256)
+    assert done[0]["state"] == uninterrupted_state(spec)        # previews cost the picture nothing
+    with open(tmp_path / "daemon.log", "rb") as log:
+        log.seek(before)
+        assert b"showing a preview of" in log.read()              # the resumed run is previewed too

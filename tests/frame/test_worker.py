@@ -7,27 +7,32 @@ checkpoint per step, resume, cancel), so these run in seconds without a model.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import signal
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from daemon_processes import ENV
 from frame import worker
 from frame.jobs import Job
-from frame.worker import ChildRunner, Failed, Finished, JobProgress
-from frame_fakes import calls, make_job, uninterrupted_state, write_fake_model
+from engine.sdxl.preview import linear_preview
+from frame.worker import ChildRunner, Failed, Finished, JobPreview, JobProgress, PreviewRequest, StopRequest, run_job
+from frame_fakes import FakePipeline, calls, make_job, uninterrupted_state, write_fake_model
 
 
-def run_worker(job: Job, folder: Path, stop_after: int | None = None, timeout: float = 30) -> list:
+def run_worker(job: Job, folder: Path, stop_after: int | None = None, timeout: float = 30,
+               preview: PreviewRequest | None = None) -> list:
     events: queue.Queue = queue.Queue()
     runner = ChildRunner(events.put, generator="frame_fakes:load_fake", env=ENV)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "checkpoints").mkdir(exist_ok=True)
-    runner.start(job, folder / "checkpoints", folder / "result.png", folder / "worker.lock")
+    runner.start(job, folder / "checkpoints", folder / "result.png", folder / "worker.lock", preview)
     seen = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -145,3 +150,90 @@ def test_checkpoints_of_other_settings_in_the_jobs_folder_start_the_job_over(tmp
     assert worker.run_job(request, emitted.append, worker.StopRequest()) == worker.EXIT_OK
     assert emitted[-1]["metadata"]["steps"] == 2
     assert "starting it over" in caplog.text and "steps: 3 there, 2 now" in caplog.text
+
+
+# ---------------------------------------------------------------- previews
+
+def estimates(job: Job) -> dict[int, np.ndarray]:
+    """The fake's ``denoised`` estimate after each step of ``job``, computed in this process."""
+    seen = {}
+    FakePipeline(job.model, job.preset, []).generate(
+        job.prompt, steps=job.steps, seed=job.seed, width=job.width, height=job.height, sampler=job.sampler,
+        guidance=job.guidance, on_progress=lambda p: seen.setdefault(p.step, p.denoised))
+    return seen
+
+
+def test_the_worker_writes_a_preview_of_the_estimate_when_one_is_due(tmp_path):
+    model = write_fake_model(tmp_path / "model")
+    job = make_job(model, steps=8)
+    preview = PreviewRequest(tmp_path / "job" / "preview.png", every_steps=3)
+    events = run_worker(job, tmp_path / "job", preview=preview)
+    shown = [e for e in events if isinstance(e, JobPreview)]
+    # the first estimate, then every 3 steps; never the last step, whose picture comes next
+    assert [(e.step, e.steps, e.path) for e in shown] == [(1, 8, preview.path), (4, 8, preview.path),
+                                                          (7, 8, preview.path)]
+    assert isinstance(events[-1], Finished)
+    written = Image.open(preview.path)
+    assert written.size == (job.width, job.height)   # 8x the latents
+    expected = linear_preview(estimates(job)[7])
+    assert np.array_equal(np.asarray(written.convert("RGB")), np.asarray(expected))
+    progress = [e for e in events if isinstance(e, (JobProgress, JobPreview))]
+    assert progress.index(shown[0]) == 1             # each preview follows its step's progress line
+
+
+def test_previews_by_seconds_and_none_unasked(tmp_path):
+    model = write_fake_model(tmp_path / "model")
+    job = make_job(model, steps=5)
+    every = run_worker(job, tmp_path / "a", preview=PreviewRequest(tmp_path / "a" / "p.png", every_seconds=0))
+    assert [e.step for e in every if isinstance(e, JobPreview)] == [1, 2, 3, 4]
+    rare = run_worker(job, tmp_path / "b", preview=PreviewRequest(tmp_path / "b" / "p.png", every_seconds=3600))
+    assert [e.step for e in rare if isinstance(e, JobPreview)] == [1]
+    plain = run_worker(job, tmp_path / "c")
+    assert not [e for e in plain if isinstance(e, JobPreview)] and not (tmp_path / "c" / "p.png").exists()
+
+
+def test_a_resumed_run_previews_its_first_step_and_ends_on_the_same_picture(tmp_path):
+    model = write_fake_model(tmp_path / "model", step_seconds=0.2)
+    job = make_job(model, steps=8)
+    preview = PreviewRequest(tmp_path / "job" / "preview.png", every_steps=4)
+    first = run_worker(job, tmp_path / "job", stop_after=3, preview=preview)
+    assert isinstance(first[-1], Failed) and first[-1].cancelled
+    second = run_worker(job, tmp_path / "job", preview=preview)
+    resumed = [e.step for e in second if isinstance(e, JobProgress)][0]
+    assert [e.step for e in second if isinstance(e, JobPreview)][0] == resumed
+    assert calls(model)[-1]["state"] == uninterrupted_state(job)
+
+
+def test_progress_without_an_estimate_makes_no_preview_and_no_trouble(tmp_path):
+    model = write_fake_model(tmp_path / "model", no_denoised=True)
+    job = make_job(model, steps=4)
+    events = run_worker(job, tmp_path / "job", preview=PreviewRequest(tmp_path / "job" / "p.png", every_steps=1))
+    assert [e.step for e in events if isinstance(e, JobProgress)] == [1, 2, 3, 4]
+    assert not [e for e in events if isinstance(e, JobPreview)] and isinstance(events[-1], Finished)
+
+
+def in_process(job: Job, folder: Path, preview: PreviewRequest) -> list[dict]:
+    folder.mkdir(parents=True, exist_ok=True)
+    request = {"generator": "frame_fakes:load_fake", "job": job.to_json(), "checkpoint_dir": str(folder),
+               "output": str(folder / "result.png"), "lock": str(folder / "lock"), "preview": preview.to_json()}
+    lines: list[dict] = []
+    assert run_job(request, lines.append, StopRequest()) == worker.EXIT_OK
+    return lines
+
+
+def test_a_preview_that_cannot_be_written_never_costs_the_picture(tmp_path, caplog):
+    job = make_job(write_fake_model(tmp_path / "model"), steps=4)
+    lines = in_process(job, tmp_path / "job", PreviewRequest(tmp_path / "gone" / "p.png", every_steps=1))
+    assert [line["event"] for line in lines] == ["progress"] * 4 + ["done"]
+    assert "previews: no preview at step 1" in caplog.text and (tmp_path / "job" / "result.png").exists()
+
+
+def test_a_preview_decoder_that_is_not_there_falls_back_to_the_linear_map_saying_so_once(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, "slowframe.worker")
+    job = make_job(write_fake_model(tmp_path / "model"), steps=6)
+    path = tmp_path / "job" / "p.png"
+    lines = in_process(job, tmp_path / "job", PreviewRequest(path, every_steps=1, decoder="nonesuch"))
+    assert [line["step"] for line in lines if line["event"] == "preview"] == [1, 2, 3, 4, 5]
+    [warning] = [r.getMessage() for r in caplog.records if "previews" in r.getMessage()]
+    assert "no preview decoder 'nonesuch'" in warning and "linear map instead" in warning
+    assert np.array_equal(np.asarray(Image.open(path).convert("RGB")), np.asarray(linear_preview(estimates(job)[5])))

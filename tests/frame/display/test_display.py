@@ -68,6 +68,35 @@ def test_error_screen_shows_the_message_in_black_and_white(tmp_path):
     assert (tmp_path / "panel.png").exists()
 
 
+@pytest.mark.parametrize("panel", ["spectra6-7.3", "spectra6-4.0", "acep-4.0"])
+def test_a_notice_is_solid_inks_in_large_type_with_a_red_band(tmp_path, panel):
+    display = open_display({"backend": "file", "panel": panel, "output": str(tmp_path), "min_interval": 0})
+    picture = display.show_notice("Making the first picture", ["Theme: sea", "Ready about 14:35"], "slowframe")
+    inks = display.panel.inks
+    assert set(np.unique(picture.indices)) == {inks.index(i) for i in ("white", "black", "red")}   # no dither
+    rows = np.flatnonzero((picture.indices == inks.index("red")).all(axis=1))
+    assert rows[0] == 0 and rows[-1] + 1 > display.size[1] * 0.15      # a red band across the top...
+    title = picture.indices[: rows[-1]]
+    assert (title == inks.index("white")).sum() > 1000                  # ...with the title in white on it
+    body = picture.indices[rows[-1] + 1:]
+    ink_rows = np.flatnonzero((body == inks.index("black")).any(axis=1))
+    # large type: the first body line's letters stand at least 4% of the panel's height tall
+    first_line = ink_rows[: np.argmax(np.diff(ink_rows) > 1)] if (np.diff(ink_rows) > 1).any() else ink_rows
+    assert first_line[-1] - first_line[0] + 1 >= 0.04 * display.size[1]
+
+
+def test_a_picture_being_made_gets_a_status_strip_with_a_progress_bar(tmp_path):
+    display = _file_display(tmp_path)
+    picture = display.show_developing(Image.open(PHOTO), "sea \u00b7 step 5/20 \u00b7 ready about 14:35", 0.25)
+    inks = display.panel.inks
+    strip = picture.indices[-38:]                                       # 8% of 480 rows
+    assert set(np.unique(strip)) == {inks.index(i) for i in ("white", "black", "red")}
+    bar = strip[0]
+    assert (bar[:200] == inks.index("red")).all() and (bar[200:] == inks.index("black")).all()   # a quarter done
+    assert (strip[6:] == inks.index("black")).sum() > 300                 # the text
+    assert len(np.unique(picture.indices[:-38])) > 3                      # the picture above, dithered
+
+
 class RecordingDisplay(Display):
     """A backend that records refreshes on a fake clock; can fail with busy timeouts."""
 
@@ -140,6 +169,9 @@ def test_one_refresh_at_a_time():
     ({"caption": "yes"}, "true or false"),
     ({"orientation": "sideways"}, "landscape, portrait"),
     ({"min_interval": -5}, "cannot be negative"),
+    ({"preview": "sometimes"}, "expected a number or one of auto, off"),
+    ({"preview": 0}, "minutes must be more than 0"),
+    ({"browse_timeout": -1}, "minutes cannot be negative"),
     ({"backend": "file", "panel": "auto"}, "is not one of"),
 ])
 def test_bad_settings_say_which_key_and_what_is_allowed(settings, message):
