@@ -42,6 +42,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="a style LoRA applied while the weights stream (repeatable; weight default 1)")
     p.add_argument("--preset", choices=list(PRESETS), default="default",
                    help="engine settings: default (a PC), rpi, rpi-lowmem (a Pi Zero 2 W at 1024x1024)")
+    p.add_argument("--threads", type=thread_count, default=None, metavar="N",
+                   help="CPU threads the engine computes on: BLAS, its C kernels, attention heads "
+                        "(default: all cores)")
     p.add_argument("--output", default="out.png", help="the PNG to write (default: %(default)s)")
     p.add_argument("--save-latents", metavar="FILE.npy", help="also write the final latents (before VAE scaling)")
     p.add_argument("--decode-latents", metavar="FILE.npy", help="skip diffusion: decode these latents")
@@ -52,6 +55,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ops-printf", action="store_true", help="print every op with its bytes, time and RSS")
     p.add_argument("--json", action="store_true", help="print progress as one JSON object per line on stdout")
     p.set_defaults(func=cmd_generate)
+
+
+def thread_count(text: str) -> int:
+    """--threads: a whole number of threads, at least 1."""
+    from engine.parallel import cores
+
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of CPU threads, 1 or more (this machine has "
+                                         f"{cores()} cores; leave it out to use them all), got '{text}'")
+    return int(text)
 
 
 def size_from(args: argparse.Namespace) -> tuple[int, int]:
@@ -70,7 +83,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     width, height = size_from(args)
-    overrides = {"ops_printf": True} if args.ops_printf else {}
+    overrides: dict[str, object] = {"ops_printf": True} if args.ops_printf else {}
+    if args.threads is not None:
+        overrides["threads"] = args.threads
     loras = []
     if args.lora:     # engine.convert only when needed: what is imported stays resident through the UNet
         from engine.convert.lora import parse_lora_spec
