@@ -54,9 +54,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
-import engine  # noqa: E402,F401  (before numpy: it sets OpenBLAS's thread spin, read when numpy loads)
-
-from engine.options import PRESETS  # noqa: E402
+from engine.options import PRESETS  # noqa: E402  (engine before numpy: it sets OpenBLAS's thread spin)
 from harness import CACHE, child_main, describe_rc, log, print_table, read_json, run_child, write_json  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
