@@ -6,8 +6,8 @@ Runs `slowframe generate --preset rpi-lowmem --res 1024x1024 --steps 2 --guidanc
 --checkpoint-dir ...` in a fresh process, inside a 256 MiB memory cgroup (page cache
 included) when it can, after dropping the weights from the page cache, and prints:
 peak RSS of the whole run (text encoders, UNet, tiled VAE), seconds per stage and per
-step, checkpoint overhead as a share of step time, and a projection of the hours a
-10-step picture takes on a Pi Zero 2 W, with its assumptions.
+step, and checkpoint overhead as a share of step time. What a picture takes on a Pi Zero 2 W
+is bench/pi_projection.py's to say.
 
 The weights come from the other benchmarks' caches (built on first use, ~7 GB):
 unet/ and vae/ from bench/unet_full.py and bench/vae_full.py, the text encoders from
@@ -48,12 +48,9 @@ SCHEDULER = {"_class_name": "EulerDiscreteScheduler", "num_train_timesteps": 100
 PROMPT = ("a lighthouse on a rocky coast at dusk, dramatic clouds, oil painting, muted palette, "
           "soft light, highly detailed")
 
-# One SDXL UNet evaluation at 1024x1024 (128x128 latents), batch 1.
+# One SDXL UNet evaluation at 1024x1024 (128x128 latents), batch 1: the op trace's GEMM
+# FLOPs (bench/pi_projection.py, bench/RESULTS.md#pi-zero-2-w-projection).
 UNET_TFLOP = 6.76
-# Pi Zero 2 W assumptions for the projection (stated in the output).
-PI_SGEMM_GFLOPS = 12.0      # 4x Cortex-A53 @ 1 GHz, NEON fp32: 32 GFLOP/s peak, ~40% in a tuned sgemm
-PI_READ_MB_S = 40.0         # a good A1/A2 microSD card, sequential reads
-UNET_READ_GB = 5.14         # fp16 UNet weights read per evaluation (nocache)
 
 
 def ensure_model() -> None:
@@ -174,8 +171,6 @@ def main(argv=None) -> int:
     other_s = res["wall_s"] - unet_s
     evals_per_step = 2
     here_gflops = UNET_TFLOP * 1e3 * evals_per_step / step_s
-    pi_compute_h = 10 * evals_per_step * UNET_TFLOP * 1e3 / PI_SGEMM_GFLOPS / 3600
-    pi_io_h = 10 * evals_per_step * UNET_READ_GB * 1e3 / PI_READ_MB_S / 3600
     log("")
     log(f"preset {args.preset}, 1024x1024, {args.steps} steps, guidance 5 (split CFG: {evals_per_step} UNet "
         f"evaluations per step), whole run {wall:.0f} s")
@@ -187,11 +182,7 @@ def main(argv=None) -> int:
         f"{other_s:.0f} s")
     log(f"checkpoint overhead: {done['checkpoint_seconds']:.3f} s in {args.steps} steps = {ckpt_share * 100:.3f}% "
         f"of step time (target <= 1%)")
-    log(f"projection for a Pi Zero 2 W, 10 steps at 1024x1024 with CFG: compute {pi_compute_h:.1f} h at "
-        f"{PI_SGEMM_GFLOPS:.0f} GFLOP/s sustained (assumed: 4x A53 @ 1 GHz, NEON fp32 peak 32 GFLOP/s, ~40% in "
-        f"sgemm), weight reads {pi_io_h:.1f} h at {PI_READ_MB_S:.0f} MB/s from the card (partly overlapped "
-        f"with compute); about {pi_compute_h + pi_io_h * 0.5:.0f}-{pi_compute_h + pi_io_h:.0f} h, plus text "
-        "encoders and VAE (minutes)")
+    log("a Pi Zero 2 W's time for a picture: bench/pi_projection.py")
     out = CACHE / f"pipeline-results-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps({"args": vars(args), "rc": rc, "result": res, "cgroup": cg, "wall_s": wall}, indent=1))
     log(f"results: {out}")

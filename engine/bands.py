@@ -178,11 +178,11 @@ class Normalized(BandedImage):
     normalised values are produced per band when read."""
 
     def __init__(self, image: BandedImage, gamma: np.ndarray, beta: np.ndarray, groups: int, eps: float,
-                 silu: bool):
+                 silu: bool, threads: int = 0):
         self.image = image
         self.shape = image.shape
         self.silu = silu
-        mean, rstd = group_stats(image, groups, eps)                       # (B, G)
+        mean, rstd = group_stats(image, groups, eps, threads)              # (B, G)
         cpg = self.shape[1] // groups
         mean = np.repeat(mean, cpg, axis=1)
         rstd = np.repeat(rstd, cpg, axis=1)
@@ -222,9 +222,10 @@ def silu_(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def group_stats(image: BandedImage, groups: int, eps: float) -> tuple[np.ndarray, np.ndarray]:
+def group_stats(image: BandedImage, groups: int, eps: float, threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Per (batch, group) mean and 1/sqrt(var + eps), from per-channel band statistics
-    merged with Chan's parallel formula (stable where mean >> std)."""
+    merged with Chan's parallel formula (stable where mean >> std); channels split over
+    `threads` workers (0: all cores)."""
     B, C, H, W = image.shape
     step = min(H, max(1, (4 << 20) // (4 * C * W)))
     mean = np.empty((B, groups))
@@ -241,7 +242,8 @@ def group_stats(image: BandedImage, groups: int, eps: float) -> tuple[np.ndarray
             rows = x.reshape(C, k)   # no copy where a channel's rows of the band are contiguous
             if k > 1 and rows.strides[1] != 4:   # channels-last memory: copy it (the band's size at most)
                 rows = np.ascontiguousarray(rows)
-            in_parallel(lambda c0, c1: kernels.row_moments(rows[c0:c1], bm[c0:c1], bm2[c0:c1]), 0, C, rows.size)
+            in_parallel(lambda c0, c1: kernels.row_moments(rows[c0:c1], bm[c0:c1], bm2[c0:c1]), 0, C, rows.size,
+                        threads)
             delta = bm - m
             m2 += bm2 + delta * delta * (n * k / (n + k))
             m += delta * (k / (n + k))

@@ -1,9 +1,11 @@
 """Direct access to the OpenBLAS that numpy loaded: its thread count, and sgemm.
 
-Attention is many small GEMMs (head dim 64); they scale badly inside one BLAS call
-but well when whole heads run on separate Python threads (BLAS, numpy and our C
+A model runs its BLAS calls on the threads its options allow (`threads`, which
+calls OpenBLAS's set_num_threads for the length of an evaluation, as threadpoolctl
+does). Attention is many small GEMMs (head dim 64); they scale badly inside one BLAS
+call but well when whole heads run on separate Python threads (BLAS, numpy and our C
 kernels release the GIL). For that, BLAS must not spawn its own threads at the same
-time: `single_threaded` calls OpenBLAS's set_num_threads, as threadpoolctl does.
+time: `single_threaded`.
 
 `gemm` is cblas_sgemm with beta, which numpy's matmul lacks: a 3x3 convolution
 accumulates nine GEMMs into one output (ops.conv2d) instead of copying a 9x larger
@@ -27,7 +29,7 @@ _GET_NAMES = tuple(n.replace("set_", "get_") for n in _NAMES)
 _SGEMM_NAMES = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("cblas_sgemm64_", ctypes.c_int64),
                 ("scipy_cblas_sgemm", ctypes.c_int), ("cblas_sgemm", ctypes.c_int))
 _ROW_MAJOR, _NO_TRANS = 101, 111
-_lock = threading.Lock()
+_lock = threading.RLock()   # re-entered by single_threaded inside a model's threads()
 
 
 def _libraries() -> list[ctypes.CDLL]:
@@ -97,17 +99,27 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float) -> None:
            b.strides[0] // 4, beta, c.ctypes.data, c.strides[0] // 4)
 
 
+def thread_count() -> int | None:
+    """The threads OpenBLAS uses for a call now (None where it is not reachable)."""
+    return None if _CONTROL is None else _CONTROL[1]()
+
+
 @contextlib.contextmanager
-def single_threaded() -> Iterator[None]:
-    """BLAS runs on the calling thread only, until the block ends."""
+def threads(n: int) -> Iterator[None]:
+    """BLAS calls use `n` threads until the block ends, then what they used before."""
     if _CONTROL is None:
         yield
         return
     setter, getter = _CONTROL
     with _lock:
         before = getter()
-        setter(1)
+        setter(n)
         try:
             yield
         finally:
             setter(before)
+
+
+def single_threaded() -> contextlib.AbstractContextManager[None]:
+    """BLAS runs on the calling thread only, until the block ends."""
+    return threads(1)

@@ -13,16 +13,15 @@ exact order the prefetch thread must read in.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 
 import numpy as np
 
-from engine import kernels, memory, ops
+from engine import blas, flops, kernels, memory, ops
 from engine.errors import Cancelled
 from engine.options import Options
-from engine.parallel import equal_step
+from engine.parallel import cores, equal_step
 from engine.bands import Normalized, BandedImage
 from engine.trace import OpTrace
 from engine.weights import Group, TensorStore, WeightRows, make_provider
@@ -44,7 +43,8 @@ class StreamedModel:
     def __init__(self, store: TensorStore, options: Options):
         self.store = store
         self.options = options
-        self.threads = options.threads or os.cpu_count() or 1
+        self.threads = options.threads or cores()
+        """CPU threads this model computes on: BLAS, the C kernels' splits, attention heads."""
         self.provider = make_provider(store, options.weights, options.prefetch_bytes, options.weight_chunk_bytes,
                                       self.threads)
         self.trace = OpTrace(options.ops_printf)
@@ -84,7 +84,8 @@ class StreamedModel:
     def run_planned(self, plan: list[Group], forward: Callable[[], np.ndarray]) -> np.ndarray:
         self.provider.begin(plan)
         try:
-            return forward()
+            with blas.threads(self.threads):
+                return forward()
         finally:
             self.provider.end()
             self.retain_freed_memory(False)
@@ -123,8 +124,10 @@ class StreamedModel:
         if self.planning:
             return np.zeros(x.shape[:-1] + (self.store.shape(names[0])[0],), dtype=np.float32)
         lead = x.shape[:-1]
-        y = ops.linear(x.reshape(-1, x.shape[-1]), *params).reshape(*lead, -1)
-        self.trace.end("linear", name, self._weight_bytes(names), started)
+        rows = x.reshape(-1, x.shape[-1])
+        y = ops.linear(rows, *params).reshape(*lead, -1)
+        self.trace.end("linear", name, self._weight_bytes(names), started,
+                       flops.linear(rows.shape[0], rows.shape[1], y.shape[-1], len(params) == 2))
         return y
 
     def conv(self, name: str, image: BandedImage, stride: int = 1, out: np.ndarray | None = None) -> np.ndarray:
@@ -138,8 +141,11 @@ class StreamedModel:
             return out if out is not None else np.zeros((B, co, (H - 1) // stride + 1, (W - 1) // stride + 1),
                                                         dtype=np.float32)
         w, b = params if len(params) == 2 else (params[0], None)
-        y = ops.conv2d(image, w, b, stride, self.options.band_bytes, out)
-        self.trace.end("conv", name, self._weight_bytes(names), started)
+        accumulate = out is not None
+        y = ops.conv2d(image, w, b, stride, self.options.band_bytes, out, self.threads)
+        B, co, Ho, Wo = y.shape
+        self.trace.end("conv", name, self._weight_bytes(names), started,
+                       flops.conv(B, image.shape[1], co, w.shape[2], Ho, Wo, b is not None, accumulate))
         return y
 
     def group_norm(self, name: str, image: BandedImage, groups: int, eps: float, silu: bool = False) -> BandedImage:
@@ -149,8 +155,9 @@ class StreamedModel:
         params = self.fetch(names)
         if self.planning:
             return image
-        y = Normalized(image, params[0], params[1], groups, eps, silu)
-        self.trace.end("groupnorm", name, self._weight_bytes(names), started)
+        y = Normalized(image, params[0], params[1], groups, eps, silu, self.threads)
+        self.trace.end("groupnorm", name, self._weight_bytes(names), started,
+                       flops.group_norm(int(np.prod(image.shape)), silu))
         return y
 
     def layer_norm(self, name: str, x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
@@ -159,8 +166,8 @@ class StreamedModel:
         params = self.fetch(names)
         if self.planning:
             return np.zeros_like(x)
-        y = ops.layer_norm(x, params[0], params[1], eps)
-        self.trace.end("layernorm", name, self._weight_bytes(names), started)
+        y = ops.layer_norm(x, params[0], params[1], eps, self.threads)
+        self.trace.end("layernorm", name, self._weight_bytes(names), started, flops.layer_norm(x.size))
         return y
 
     def feed_forward(self, name: str, x: np.ndarray) -> np.ndarray:
@@ -186,7 +193,8 @@ class StreamedModel:
             out += b2
         else:
             out = ops.linear(self._geglu_in_bands(rows, w1, b1), w2, b2)
-        self.trace.end("ff", name, self._weight_bytes(names), started)
+        self.trace.end("ff", name, self._weight_bytes(names), started,
+                       flops.feed_forward(rows.shape[0], c, w1.shape[0] // 2))
         return out.reshape(*lead, c)
 
     def _ff_in_token_bands(self, x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray) -> np.ndarray:
@@ -210,7 +218,7 @@ class StreamedModel:
         inner = w1.shape[0] // 2
         step = equal_step(inner, self.options.band_bytes // (8 * x.shape[0]))
         out = np.empty((x.shape[0], w2.shape[0]), dtype=np.float32)
-        scratch = GegluScratch(x.shape[0], step)
+        scratch = GegluScratch(x.shape[0], step, self.threads)
         part = np.empty_like(out) if step < inner else out
         for j0 in range(0, inner, step):
             j1 = min(inner, j0 + step)
@@ -220,15 +228,14 @@ class StreamedModel:
                 out += part
         return out
 
-    @staticmethod
-    def _geglu_in_bands(x: np.ndarray, w1: WeightRows, b1: np.ndarray) -> np.ndarray:
+    def _geglu_in_bands(self, x: np.ndarray, w1: WeightRows, b1: np.ndarray) -> np.ndarray:
         """value * gelu(gate) for all tokens, reading the projection's value and gate rows
         in matching bands so its fp32 weight is never whole."""
         inner = w1.shape[0] // 2
         step = equal_step(inner, w1.rows_per_chunk // 2)
         hidden = np.empty((x.shape[0], inner), dtype=np.float32)
         value, gate = w1.buffer(step), w1.buffer(step)
-        scratch = GegluScratch(x.shape[0], step)
+        scratch = GegluScratch(x.shape[0], step, self.threads)
         for j0 in range(0, inner, step):
             j1 = min(inner, j0 + step)
             hidden[:, j0:j1] = _geglu_band(x, w1.rows(j0, j1, value[:j1 - j0]),
@@ -247,16 +254,18 @@ class StreamedModel:
             out = np.empty_like(q)
             for b in range(q.shape[0]):
                 out[b] = ops.attention(q[b], k[b], v[b], heads, slices, self.threads)
-        self.trace.end("attention", name, 0, started)
+        self.trace.end("attention", name, 0, started, flops.attention(q.shape[0], q.shape[1], k.shape[1], q.shape[2],
+                                                                      heads))
         return out
 
 
 class GegluScratch:
-    """The buffers of one band of _geglu_band, reused band after band."""
+    """The buffers of one band of _geglu_band, reused band after band, and the threads it runs on."""
 
-    def __init__(self, tokens: int, units: int):
+    def __init__(self, tokens: int, units: int, threads: int):
         self.projected = np.empty(tokens * 2 * units, dtype=np.float32)
         self.hidden = np.empty(tokens * units, dtype=np.float32)
+        self.threads = threads
 
 
 def _geglu_band(x: np.ndarray, value_rows: np.ndarray, gate_rows: np.ndarray, b1: np.ndarray, inner: int,
@@ -269,4 +278,4 @@ def _geglu_band(x: np.ndarray, value_rows: np.ndarray, gate_rows: np.ndarray, b1
     np.matmul(x, value_rows.T, out=p[:, :units])
     np.matmul(x, gate_rows.T, out=p[:, units:])
     hidden = scratch.hidden[:n * units].reshape(n, units)
-    return ops.geglu(p, np.concatenate([b1[j0:j1], b1[inner + j0:inner + j1]]), out=hidden)
+    return ops.geglu(p, np.concatenate([b1[j0:j1], b1[inner + j0:inner + j1]]), scratch.threads, hidden)

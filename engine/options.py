@@ -31,7 +31,9 @@ class Options:
     many bands (fewer where a band would hold under 4 MB of scores: short sequences,
     prompts). The fused C kernel always works 64 rows at a time and needs no bands."""
     threads: int = 0
-    """Worker threads for attention heads (0: one per CPU core)."""
+    """CPU threads the engine computes on, for everything: BLAS calls, the splits of the C
+    kernels (convolution transforms, norms, GEGLU, weight conversion) and attention heads
+    (0: one per core this process may run on)."""
     skip_dtype: str = "fp32"
     """Storage of the UNet's skip connections between down and up blocks: fp32, fp16, or
     uint8 with dynamic per-tensor quantisation (0.1/99.9 percentile range)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import ops
+from engine import flops, ops
 from engine.errors import InputError, ModelFileError
 from engine.model import StreamedModel
 from engine.options import Options, resolve
@@ -191,7 +191,8 @@ class ClipTextEncoder(StreamedModel):
         if not self.planning:
             started = self.trace.begin()
             x = causal_attention(q, k, v, self.config.heads)
-            self.trace.end("attention", p, 0, started)
+            self.trace.end("attention", p, 0, started, flops.attention(*q.shape[:2], k.shape[1], q.shape[2],
+                                                                       self.config.heads))
         return self.linear(f"{p}.out_proj", x)
 
     def mlp(self, p: str, x: np.ndarray) -> np.ndarray:

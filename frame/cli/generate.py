@@ -67,6 +67,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--embed-parameters", action="store_true",
                    help="accepted for OnnxStream's command lines: the PNG always carries the settings (a "
                         "'parameters' chunk as other Stable Diffusion tools write it; no file paths)")
+    p.add_argument("--threads", type=thread_count, default=None, metavar="N",
+                   help="CPU threads the engine computes on: BLAS, its C kernels, attention heads "
+                        "(default: all cores)")
     p.add_argument("--output", default="out.png", help="the PNG to write (default: %(default)s)")
     p.add_argument("--save-latents", metavar="FILE.npy", help="also write the final latents (before VAE scaling)")
     p.add_argument("--decode-latents", metavar="FILE.npy", help="skip diffusion: decode these latents")
@@ -86,6 +89,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="every N steps, decode the estimate with the full VAE to --preview-dir as decoded-KKK.png "
                         "(minutes each and the VAE's memory on top of the UNet's: for a PC)")
     p.set_defaults(func=cmd_generate)
+
+
+def thread_count(text: str) -> int:
+    """--threads: a whole number of threads, at least 1."""
+    from engine.parallel import cores
+
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of CPU threads, 1 or more (this machine has "
+                                         f"{cores()} cores; leave it out to use them all), got '{text}'")
+    return int(text)
 
 
 def size_from(args: argparse.Namespace) -> tuple[int, int]:
@@ -144,7 +157,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for flag, every in (("--preview-every", args.preview_every), ("--decode-every", args.decode_every)):
         if every is not None and every < 1:
             raise InputError(f"{flag} must be 1 or more (a picture every N steps), got {every}")
-    overrides = {"ops_printf": True} if args.ops_printf else {}
+    overrides: dict[str, object] = {"ops_printf": True} if args.ops_printf else {}
+    if args.threads is not None:
+        overrides["threads"] = args.threads
     loras = []
     if args.lora:     # engine.convert only when needed: what is imported stays resident through the UNet
         from engine.convert.lora import parse_lora_spec
