@@ -1,0 +1,163 @@
+"""A local stand-in for the Hugging Face hub (and a plain file server), in a thread, for the download tests.
+
+It serves model folders as repositories the way the hub does: the tree API
+(/api/models/ORG/NAME/tree/REV[/FOLDER][?recursive=true], paged by Link headers) with
+sizes, git blob ids and LFS sha256s; /ORG/NAME/resolve/REV/PATH, where .safetensors files
+(LFS) redirect to /cdn/... with X-Linked-Size and X-Linked-Etag as the hub does; and
+/files/NAME for plain links (at `plain_url`, a host name other than the hub's). Range requests are answered with 206. Faults to inject:
+`cut` (close the connection after N bytes of a file, once), `corrupt` (flip a byte of a
+file for its next N downloads) and `ignore_range`. Every request is logged in `requests`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+PAGE = 4     # tree entries per page, so that paging is exercised
+
+
+class HubServer:
+    def __init__(self) -> None:
+        self.repos: dict[str, Path] = {}
+        self.files: dict[str, Path] = {}
+        self.cut: dict[str, int] = {}        # name in the URL -> bytes sent before the connection drops (once, on a
+                                             # download to the end of the file)
+        self.corrupt: dict[str, int] = {}    # name in the URL -> downloads still to corrupt
+        self.ignore_range = False
+        self.requests: list[tuple[str, str | None]] = []   # (path, Range header)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def plain_url(self) -> str:
+        """The same server under another name, for links that are not the hub's."""
+        return f"http://localhost:{self._server.server_address[1]}"
+
+    def __enter__(self) -> "HubServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def downloads(self, name: str) -> list[str | None]:
+        """The Range header (None: the whole file) of each download of the files named `name`."""
+        return [r for p, r in self.requests if p.endswith("/" + name) and not p.startswith("/api/")
+                and not (p.split("/")[3:4] == ["resolve"] and name.endswith(".safetensors"))]
+
+    def tree(self, repo: str, folder: str, recursive: bool) -> list[dict]:
+        root = self.repos[repo]
+        base = root / folder if folder else root
+        paths = sorted(base.rglob("*") if recursive else base.iterdir())
+        entries = []
+        for path in paths:
+            rel = path.relative_to(root).as_posix()
+            if path.is_dir():
+                entries.append({"type": "directory", "oid": "0" * 40, "size": 0, "path": rel})
+                continue
+            data = path.read_bytes()
+            entry = {"type": "file", "size": len(data), "path": rel,
+                     "oid": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}
+            if path.suffix == ".safetensors":
+                entry["oid"] = hashlib.sha1(b"pointer of " + rel.encode()).hexdigest()
+                entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+            entries.append(entry)
+        return entries
+
+
+def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            path = urllib.parse.unquote(url.path)
+            hub.requests.append((path, self.headers.get("Range")))
+            parts = path.strip("/").split("/")
+            if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] == "tree":
+                return self._tree("/".join(parts[2:4]), "/".join(parts[6:]), urllib.parse.parse_qs(url.query))
+            if len(parts) >= 5 and parts[2] == "resolve" and "/".join(parts[:2]) in hub.repos:
+                file = hub.repos["/".join(parts[:2])] / "/".join(parts[4:])
+                if not file.is_file():
+                    return self._status(404)
+                if file.suffix == ".safetensors":
+                    data = file.read_bytes()
+                    self.send_response(302)
+                    self.send_header("Location", "/cdn/" + "/".join(parts[:2] + parts[4:]))
+                    self.send_header("X-Linked-Size", str(len(data)))
+                    self.send_header("X-Linked-Etag", f'"{hashlib.sha256(data).hexdigest()}"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                return self._file(file)
+            if parts[0] == "cdn" and "/".join(parts[1:3]) in hub.repos:
+                return self._file(hub.repos["/".join(parts[1:3])] / "/".join(parts[3:]))
+            if parts[0] == "files" and parts[-1] in hub.files:
+                return self._file(hub.files[parts[-1]])
+            self._status(404)
+
+        def _status(self, code: int) -> None:
+            body = b'{"error": "not found"}'
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _tree(self, repo: str, folder: str, query: dict) -> None:
+            if repo not in hub.repos:
+                return self._status(404)
+            entries = hub.tree(repo, folder, query.get("recursive") == ["true"])
+            start = int(query.get("cursor", ["0"])[0])
+            body = json.dumps(entries[start:start + PAGE]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            if start + PAGE < len(entries):
+                self.send_header("Link", f'<{hub.url}{urllib.parse.quote(urllib.parse.urlsplit(self.path).path)}'
+                                         f'?recursive=true&cursor={start + PAGE}>; rel="next"')
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _file(self, file: Path) -> None:
+            name = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).rpartition("/")[2]
+            if not file.is_file():
+                return self._status(404)
+            data = bytearray(file.read_bytes())
+            if hub.corrupt.get(name, 0) > 0:
+                hub.corrupt[name] -= 1
+                data[len(data) // 2] ^= 0xFF
+            start, end = 0, len(data)
+            wanted = self.headers.get("Range")
+            if wanted and not hub.ignore_range:
+                first, _, last = wanted.removeprefix("bytes=").partition("-")
+                start, end = int(first), min(len(data), int(last) + 1 if last else len(data))
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+            else:
+                self.send_response(200)
+            self.send_header("Content-Length", str(end - start))
+            self.end_headers()
+            body = bytes(data[start:end])
+            cut = hub.cut.get(name) if not wanted or wanted.endswith("-") else None
+            if cut is not None and cut < len(body):
+                del hub.cut[name]
+                self.wfile.write(body[:cut])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            self.wfile.write(body)
+
+    return Handler
