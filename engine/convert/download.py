@@ -5,9 +5,12 @@ file by file (engine/convert/fetch.py), imported (engine/convert/importer.py) an
 Power cuts: the download resumes file by file and byte by byte (HTTP Range); the import
 resumes as `models import` does. Running the same command again picks up either.
 
-Disk: the download and the imported model are both on the card from the end of the import
-until the download is deleted right after it, so a model needs its download's size plus
-its imported size free at that moment (bench/RESULTS.md gives SDXL's figures).
+Disk: the whole download is kept until the import has read it (the import plans the model from
+every file's header and reads the files in the engine's order, not as they arrive), then deleted.
+So the download's filesystem needs the download's size free, and the model folder's the imported
+size; when both are one filesystem, their sum (bench/RESULTS.md gives SDXL's figures). On the
+frame the download goes to the state folder on the root partition, which first boot grows to the
+end of the card, so that the 8 GB models partition holds only the imported model.
 """
 
 from __future__ import annotations
@@ -32,29 +35,31 @@ class DownloadReport:
     received: int               # bytes that came over the network in this run
     resumed: int                # bytes kept from an earlier, interrupted run
     checked: dict[str, int]     # files by what verified them: "sha256", "git sha1", "size", ...
-    peak_disk: int              # the download and the imported model at once, just before the download is deleted
+    peak_disk: int              # the most held on one filesystem at once: the download and the model, if together
     imported: ImportReport
 
 
-def download_folder(dest: Path) -> Path:
-    """Where the download for model folder `dest` is kept until it is imported."""
-    return dest.parent / f".{dest.name}.download"
+def download_folder(dest: Path, download_dir: Path | None = None) -> Path:
+    """Where the download for model folder `dest` is kept until it is imported: in
+    `download_dir`, or beside `dest`."""
+    return (dest.parent if download_dir is None else Path(download_dir)) / f".{dest.name}.download"
 
 
 def download_model(spec: str, dest: str | Path | None, models_dir: str | Path, precision: str = "fp16",
-                   log: Callable[[str], object] = print, retries: int = RETRIES,
-                   sleep: Callable[[float], object] = time.sleep) -> DownloadReport:
-    """Fetch REPO_OR_URL `spec` and import it as `dest` (default: a folder named after the
-    model in `models_dir`)."""
+                   download_dir: str | Path | None = None, log: Callable[[str], object] = print,
+                   retries: int = RETRIES, sleep: Callable[[float], object] = time.sleep) -> DownloadReport:
+    """Fetch REPO_OR_URL `spec` into `download_dir` (default: beside the model folder) and
+    import it as `dest` (default: a folder named after the model in `models_dir`)."""
     dest = Path(models_dir) / model_name(spec) if dest is None else Path(dest)
     if dest.exists():
         raise ModelFileError(f"{dest}: already exists; give another folder name (nothing was downloaded)")
     if not dest.parent.is_dir():
         raise ModelFileError(f"{dest.parent}: no such folder to create {dest.name} in")
-    folder = download_folder(dest)
-    folder.mkdir(exist_ok=True)
+    folder = download_folder(dest, Path(download_dir) if download_dir is not None else None)
+    folder.mkdir(parents=True, exist_ok=True)
     listing = list_files(spec, folder, log)
-    _check_space(folder, [(folder / p, r.size) for p, r in listing.files.items()], log)
+    together = folder.stat().st_dev == dest.parent.stat().st_dev
+    _check_space(folder, [(folder / p, r.size) for p, r in listing.files.items()], together, log)
     received = resumed = 0
     checked: dict[str, int] = {}
     for path, remote in listing.files.items():
@@ -71,11 +76,11 @@ def download_model(spec: str, dest: str | Path | None, models_dir: str | Path, p
     except ModelFileError as e:
         raise ModelFileError(f"{e}\nThe download is kept in {folder}; delete it if you do not need it") from None
     shutil.rmtree(folder)
-    return DownloadReport(dest, len(listing.files), total, received, resumed, checked, total + imported.bytes_out,
-                          imported)
+    peak = total + imported.bytes_out if together else max(total, imported.bytes_out)
+    return DownloadReport(dest, len(listing.files), total, received, resumed, checked, peak, imported)
 
 
-def _check_space(folder: Path, files: list[tuple[Path, int | None]], log) -> None:
+def _check_space(folder: Path, files: list[tuple[Path, int | None]], together: bool, log) -> None:
     """Refuse a download that cannot fit; say what the import will need after it."""
     def have(path: Path) -> int:
         for candidate in (path, path.with_name(path.name + ".part")):
@@ -89,5 +94,6 @@ def _check_space(folder: Path, files: list[tuple[Path, int | None]], log) -> Non
     if left > free:
         raise StorageError(f"{folder.parent}: the download needs {left / 1e9:.2f} GB more but only "
                            f"{free / 1e9:.2f} GB is free; free some space and run the same command again")
-    log(f"downloading {len(files)} files ({total / 1e9:.2f} GB, {left / 1e9:.2f} GB still to fetch); the import "
-        f"then needs about as much again while the download is kept (less with --precision uint8)")
+    log(f"downloading {len(files)} files ({total / 1e9:.2f} GB, {left / 1e9:.2f} GB still to fetch) into {folder}"
+        + ("; the import then needs about as much again beside it (less with --precision uint8)" if together else
+           ""))

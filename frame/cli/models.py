@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engine.convert.importer import PRECISIONS
 from engine.convert.lora import parse_lora_spec
-from frame.paths import MODELS_DIR
+from frame.paths import MODELS_DIR, default_state_dir
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -57,6 +57,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           help="where the model folder goes when DEST is not given (default: %(default)s)")
     download.add_argument("--precision", choices=PRECISIONS, default="fp16",
                           help="as for `models import`: fp16 (default) or uint8 (the UNet at half the size)")
+    download.add_argument("--download-dir", default=str(default_state_dir() / "downloads"), metavar="DIR",
+                          help="where the files wait until imported, then deleted (default: %(default)s; on the "
+                               "frame the root partition, which has room for them beside the models partition)")
     download.set_defaults(func=cmd_download)
 
     verify = models_sub.add_parser("verify", help="check a model folder's files against its manifest and configs",
@@ -87,12 +90,13 @@ def cmd_download(args: argparse.Namespace) -> int:
     from engine.convert.download import download_model
     from engine.trace import peak_rss_bytes
 
-    report = download_model(args.source, args.dest, args.models_dir, precision=args.precision, log=print)
+    report = download_model(args.source, args.dest, args.models_dir, precision=args.precision,
+                            download_dir=args.download_dir, log=print)
     checks = ", ".join(f"{n} by {how}" for how, n in sorted(report.checked.items()))
     print(f"downloaded {args.source}: {report.files} files, {report.bytes / 1e9:.2f} GB ({checks}; "
           f"{report.received / 1e9:.2f} GB this run), imported as {report.dest}: "
-          f"{report.imported.bytes_out / 1e9:.2f} GB ({args.precision}); the card held "
-          f"{report.peak_disk / 1e9:.2f} GB of both at most, peak RSS {peak_rss_bytes() / 1e6:.0f} MB")
+          f"{report.imported.bytes_out / 1e9:.2f} GB ({args.precision}); at most {report.peak_disk / 1e9:.2f} GB "
+          f"on one drive at once, peak RSS {peak_rss_bytes() / 1e6:.0f} MB")
     print(f"use it with model.path: {report.dest}")
     return 0
 

@@ -234,9 +234,24 @@ def test_a_full_card_mid_download_is_a_clear_error(hub, tmp_path, tiny_single_fi
 
 
 def test_the_command_line_downloads_and_reports(hub, tmp_path, capsys):
-    assert main(["models", "download", "acme/tiny-single/tiny_xl.safetensors", str(tmp_path / "tiny")]) == 0
+    downloads = ["--download-dir", str(tmp_path / "downloads")]
+    assert main(["models", "download", "acme/tiny-single/tiny_xl.safetensors", str(tmp_path / "tiny"), *downloads]) == 0
     out = capsys.readouterr().out
     assert "1 by sha256" in out and f"use it with model.path: {tmp_path / 'tiny'}" in out
-    assert main(["models", "download", "acme/nothing", str(tmp_path / "other")]) == 1
+    assert main(["models", "download", "acme/nothing", str(tmp_path / "other"), *downloads]) == 1
     err = capsys.readouterr().err
     assert err.startswith("slowframe: error:") and "Traceback" not in err
+
+
+def test_the_download_can_wait_on_another_drive_than_the_model(hub, reference, tmp_path):
+    """On the frame: the files on the root partition, the model on the models partition."""
+    with small_disk(tmp_path / "root-partition", "128m") as mounted:
+        if not mounted:
+            pytest.skip("needs root to mount a second filesystem")
+        lines = []
+        report = download_model("acme/tiny-xl", tmp_path / "tiny", tmp_path, download_dir=tmp_path / "root-partition",
+                                log=lines.append)
+        assert any(f"into {tmp_path / 'root-partition' / '.tiny.download'}" in line for line in lines)
+        assert list((tmp_path / "root-partition").iterdir()) == []
+        assert report.peak_disk == max(report.bytes, report.imported.bytes_out)
+    same_weights(tmp_path / "tiny", reference / "diffusers")
