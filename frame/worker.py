@@ -202,17 +202,8 @@ class ChildRunner:
                 log.info("%s", line, extra={"SLOWFRAME_JOB": job_id})
 
     def _read_import(self, proc: subprocess.Popen, source: Path) -> None:
-        done: dict | None = None
-        error: dict | None = None
-        for event in _events(proc):
-            kind = event.get("event")
-            if kind == "import":
-                self.post(ImportProgress(source, int(event["done"]), int(event["total"])))
-            elif kind == "imported":
-                done = event
-            elif kind == "error":
-                error = event
-        code = proc.wait()
+        done, error, code = _outcome(proc, "import", "imported", lambda event: self.post(
+            ImportProgress(source, int(event["done"]), int(event["total"]))))
         if done is not None and code == EXIT_OK:
             self.post(Imported(source, Path(done["dest"])))
         elif self._stopping or code == EXIT_CANCELLED:
@@ -224,18 +215,8 @@ class ChildRunner:
                                    f"the import exited with status {code}"))
 
     def _read(self, proc: subprocess.Popen, job: Job) -> None:
-        done: dict | None = None
-        error: dict | None = None
-        for event in _events(proc):
-            kind = event.get("event")
-            if kind == "progress":
-                self.post(JobProgress(job.id, int(event["step"]), int(event["steps"]), event.get("seconds_per_step"),
-                                   event.get("resumed_from")))
-            elif kind == "done":
-                done = event
-            elif kind == "error":
-                error = event
-        code = proc.wait()
+        done, error, code = _outcome(proc, "progress", "done", lambda event: self.post(JobProgress(
+            job.id, int(event["step"]), int(event["steps"]), event.get("seconds_per_step"), event.get("resumed_from"))))
         if done is not None and code == EXIT_OK:
             self.post(Finished(job.id, Path(done["output"]), dict(done.get("metadata") or {}),
                                done.get("seconds_per_step")))
@@ -257,16 +238,25 @@ class ChildRunner:
             self.post(Failed(job.id, f"the generator exited with status {code} without a picture", code))
 
 
-def _events(proc: subprocess.Popen):
-    """The worker's JSON lines, as dicts."""
+def _outcome(proc: subprocess.Popen, progress: str, success: str,
+             on_progress: Callable[[dict], None]) -> tuple[dict | None, dict | None, int]:
+    """Read the worker's JSON lines to its end, telling each `progress` event; returns its
+    `success` event, its "error" event (each None if it sent none) and its exit status."""
+    done = error = None
     for raw in proc.stdout:
         try:
             event = json.loads(raw)
         except ValueError:
             log.warning("worker: unreadable line %r", raw[:200])
             continue
-        if isinstance(event, dict):
-            yield event
+        kind = event.get("event") if isinstance(event, dict) else None
+        if kind == progress:
+            on_progress(event)
+        elif kind == success:
+            done = event
+        elif kind == "error":
+            error = event
+    return done, error, proc.wait()
 
 
 # ---------------------------------------------------------------- the child process

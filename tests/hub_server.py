@@ -11,6 +11,7 @@ file for its next N downloads) and `ignore_range`. Every request is logged in `r
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
@@ -65,14 +66,29 @@ class HubServer:
             if path.is_dir():
                 entries.append({"type": "directory", "oid": "0" * 40, "size": 0, "path": rel})
                 continue
-            data = path.read_bytes()
-            entry = {"type": "file", "size": len(data), "path": rel,
-                     "oid": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}
-            if path.suffix == ".safetensors":
-                entry["oid"] = hashlib.sha1(b"pointer of " + rel.encode()).hexdigest()
-                entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
-            entries.append(entry)
+            size = path.stat().st_size
+            if path.suffix == ".safetensors":     # in LFS: the listing gives the content's sha256
+                entries.append({"type": "file", "size": size, "path": rel, "oid": _digest(path, "sha1"),
+                                "lfs": {"oid": _digest(path, "sha256"), "size": size, "pointerSize": 134}})
+            else:                                 # in git: the listing gives the blob id
+                entries.append({"type": "file", "size": size, "path": rel,
+                                "oid": _digest(path, "git")})
         return entries
+
+
+def _digest(path: Path, kind: str) -> str:
+    """sha256, sha1 or git blob id of a file, remembered while it is unchanged (full-size models in bench/)."""
+    st = path.stat()
+    return _cached_digest(str(path), st.st_size, st.st_mtime_ns, kind)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_digest(path: str, size: int, mtime_ns: int, kind: str) -> str:
+    hasher = hashlib.sha1(b"blob %d\0" % size) if kind == "git" else hashlib.new(kind)
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            hasher.update(block)
+    return hasher.hexdigest()
 
 
 def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
@@ -94,11 +110,10 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 if not file.is_file():
                     return self._status(404)
                 if file.suffix == ".safetensors":
-                    data = file.read_bytes()
                     self.send_response(302)
                     self.send_header("Location", "/cdn/" + "/".join(parts[:2] + parts[4:]))
-                    self.send_header("X-Linked-Size", str(len(data)))
-                    self.send_header("X-Linked-Etag", f'"{hashlib.sha256(data).hexdigest()}"')
+                    self.send_header("X-Linked-Size", str(file.stat().st_size))
+                    self.send_header("X-Linked-Etag", f'"{_digest(file, "sha256")}"')
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
@@ -132,32 +147,39 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
         def _file(self, file: Path) -> None:
+            """The file (or the asked range of it), streamed; corrupt and cut as the hub's faults say."""
             name = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).rpartition("/")[2]
             if not file.is_file():
                 return self._status(404)
-            data = bytearray(file.read_bytes())
+            size = file.stat().st_size
+            flip = None
             if hub.corrupt.get(name, 0) > 0:
                 hub.corrupt[name] -= 1
-                data[len(data) // 2] ^= 0xFF
-            start, end = 0, len(data)
+                flip = size // 2
+            start, end = 0, size
             wanted = self.headers.get("Range")
             if wanted and not hub.ignore_range:
                 first, _, last = wanted.removeprefix("bytes=").partition("-")
-                start, end = int(first), min(len(data), int(last) + 1 if last else len(data))
+                start, end = int(first), min(size, int(last) + 1 if last else size)
                 self.send_response(206)
-                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
             else:
                 self.send_response(200)
             self.send_header("Content-Length", str(end - start))
             self.end_headers()
-            body = bytes(data[start:end])
             cut = hub.cut.get(name) if not wanted or wanted.endswith("-") else None
-            if cut is not None and cut < len(body):
+            if cut is not None and cut < end - start:
                 del hub.cut[name]
-                self.wfile.write(body[:cut])
-                self.wfile.flush()
+                end = start + cut
                 self.close_connection = True
-                return
-            self.wfile.write(body)
+            with open(file, "rb") as f:
+                f.seek(start)
+                at = start
+                while at < end:
+                    block = bytearray(f.read(min(1 << 20, end - at)))
+                    if flip is not None and at <= flip < at + len(block):
+                        block[flip - at] ^= 0xFF
+                    self.wfile.write(block)
+                    at += len(block)
 
     return Handler
