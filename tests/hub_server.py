@@ -31,6 +31,7 @@ class HubServer:
         self.corrupt: dict[str, int] = {}    # name in the URL -> downloads still to corrupt
         self.ignore_range = False
         self.requests: list[tuple[str, str | None]] = []   # (path, Range header)
+        self.authorized: list[str] = []                    # paths asked for with an Authorization header
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -68,7 +69,7 @@ class HubServer:
                 continue
             size = path.stat().st_size
             if path.suffix == ".safetensors":     # in LFS: the listing gives the content's sha256
-                entries.append({"type": "file", "size": size, "path": rel, "oid": _digest(path, "sha1"),
+                entries.append({"type": "file", "size": size, "path": rel, "oid": hashlib.sha1(b"pointer of " + rel.encode()).hexdigest(),
                                 "lfs": {"oid": _digest(path, "sha256"), "size": size, "pointerSize": 134}})
             else:                                 # in git: the listing gives the blob id
                 entries.append({"type": "file", "size": size, "path": rel,
@@ -102,6 +103,8 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             url = urllib.parse.urlsplit(self.path)
             path = urllib.parse.unquote(url.path)
             hub.requests.append((path, self.headers.get("Range")))
+            if self.headers.get("Authorization"):
+                hub.authorized.append(path)
             parts = path.strip("/").split("/")
             if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] == "tree":
                 return self._tree("/".join(parts[2:4]), "/".join(parts[6:]), urllib.parse.parse_qs(url.query))

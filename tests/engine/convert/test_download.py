@@ -255,3 +255,13 @@ def test_the_download_can_wait_on_another_drive_than_the_model(hub, reference, t
         assert list((tmp_path / "root-partition").iterdir()) == []
         assert report.peak_disk == max(report.bytes, report.imported.bytes_out)
     same_weights(tmp_path / "tiny", reference / "diffusers")
+
+
+def test_hf_token_goes_to_the_hub_and_nowhere_else(hub, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    download_model("acme/tiny-single/tiny_xl.safetensors", tmp_path / "a", tmp_path, log=quiet)
+    assert hub.authorized and all(not p.startswith("/files/") for p in hub.authorized)
+    assert "/api/models/acme/tiny-single/tree/main" in hub.authorized
+    before = len(hub.authorized)
+    download_model(f"{hub.plain_url}/files/tiny_xl.safetensors", tmp_path / "b", tmp_path, log=quiet)
+    assert len(hub.authorized) == before
