@@ -30,6 +30,7 @@ class HubServer:
                                              # download to the end of the file)
         self.corrupt: dict[str, int] = {}    # name in the URL -> downloads still to corrupt
         self.ignore_range = False
+        self.storage: str | None = None      # the host LFS files redirect to (None: this one)
         self.requests: list[tuple[str, str | None]] = []   # (path, Range header)
         self.authorized: list[str] = []                    # paths asked for with an Authorization header
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -114,7 +115,7 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                     return self._status(404)
                 if file.suffix == ".safetensors":
                     self.send_response(302)
-                    self.send_header("Location", "/cdn/" + "/".join(parts[:2] + parts[4:]))
+                    self.send_header("Location", (hub.storage or "") + "/cdn/" + "/".join(parts[:2] + parts[4:]))
                     self.send_header("X-Linked-Size", str(file.stat().st_size))
                     self.send_header("X-Linked-Etag", f'"{_digest(file, "sha256")}"')
                     self.send_header("Content-Length", "0")

@@ -23,6 +23,7 @@ import os
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,7 +73,10 @@ def open_url(url: str, headers: dict[str, str] | None = None, method: str = "GET
             for name in ("X-Linked-Size", "X-Linked-Etag"):
                 if hdrs.get(name):
                     linked[name] = hdrs[name]
-            return super().redirect_request(req, fp, code, msg, hdrs, newurl)
+            new = super().redirect_request(req, fp, code, msg, hdrs, newurl)
+            if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+                new.remove_header("Authorization")     # the hub's token is for the hub, not its storage's host
+            return new
 
     request = urllib.request.Request(url, method=method, headers={"User-Agent": USER_AGENT, **(headers or {})})
     try:
