@@ -692,7 +692,7 @@ class Daemon:
         log.info("importing the single-file model %s into %s (in the worker, at low priority)", source, dest)
         self.runner.start_import(source, dest, self.jobs.folder / "worker.lock")
         if self._wanted is None and not quiet_hours_at(self._schedule(), self.clock.now()):
-            self._wanted = ("status",)      # the panel says what the frame is doing for the next hour
+            self._wanted = ("status",)      # the panel says why no new picture comes while it runs
         return True
 
     def _import_event(self, event) -> None:
@@ -703,7 +703,9 @@ class Daemon:
             return
         source, self.importing = self.importing["source"], None
         if isinstance(event, Imported):
-            log.info("imported %s into %s; use it with model.path: %s", source.name, event.dest, event.dest)
+            named = self.config is not None and self.config.model.path == source
+            log.info("imported %s into %s; %s", source.name, event.dest,
+                     "model.path names it: the next picture uses it" if named else f"use it with model.path: {event.dest}")
             if self.last_error and source.name in self.last_error:
                 self.last_error = None
         elif not event.cancelled:
