@@ -87,7 +87,7 @@ def open_url(url: str, headers: dict[str, str] | None = None, method: str = "GET
     except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
         reason = getattr(e, "reason", e)
         raise NetworkError(f"{url}: cannot reach the server ({reason}). Check the frame's network "
-                           "(WiFi connected? `slowframe status`) and run the same command again") from None
+                           "(is it on WiFi? `ip addr show wlan0`) and run the same command again") from None
     for name in ("X-Linked-Size", "X-Linked-Etag"):
         if response.headers.get(name):
             linked[name] = response.headers[name]
