@@ -31,5 +31,9 @@ class StorageError(EngineError):
     """The disk refused a write (full, read-only, failing); what was written before is intact."""
 
 
+class NetworkError(EngineError):
+    """A server could not be reached or broke off; what arrived is kept and a new run resumes."""
+
+
 class Cancelled(Exception):
     """A run was asked to stop (a button, a signal); its last checkpoint is intact."""

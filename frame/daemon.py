@@ -27,6 +27,10 @@ What else goes on the panel, never into the history:
   history, the status screen, ``slowframe show``). Browsing from a preview starts at the
   newest picture in the history.
 
+Models: a single-file .safetensors model dropped onto the models drive, or named by model.path,
+is imported in the worker process (frame/models.py) once it has stopped changing; a picture
+being made meanwhile stops at its checkpoint and goes on once the import is done.
+
 Failures: a worker killed for memory is retried once with the next lower-memory preset;
 any other failure is logged and the frame moves on to the next theme, backing off when
 failures repeat and putting the error on the panel after FAILURES_ON_PANEL of them (or
@@ -58,13 +62,15 @@ from frame.history import History
 from frame.jobs import CRASHES_TO_SET_ASIDE, Job, JobStore
 from frame.loratags import take_tags
 from frame.notify import Notifier, Watchdog
-from frame.paths import SEARCH_PATH, on_models_drive
+from frame.models import DropIns, imported_folder, is_single_file, model_folder
+from frame.paths import MODELS_DIR, SEARCH_PATH, on_models_drive
 from frame.power import PowerError, SystemPower
 from frame.pictures import PictureError, open_picture
 from frame.userfiles import MAX_FILE_BYTES, UserFileError, read_json_object
 from frame.scheduler import Clock, SystemClock, describe_wait, due_at, next_time, quiet_hours_at, quiet_until
 from frame.themes import ThemePicker, choose_prompt
-from frame.worker import DEFAULT_GENERATOR, ChildRunner, Failed, Finished, JobPreview, JobProgress, PreviewRequest
+from frame.worker import (DEFAULT_GENERATOR, ChildRunner, Failed, Finished, ImportFailed, Imported,
+                          ImportProgress, JobPreview, JobProgress, PreviewRequest)
 
 log = logging.getLogger("slowframe.daemon")
 
@@ -101,7 +107,8 @@ class Daemon:
                  generator: str = DEFAULT_GENERATOR,
                  display_factory: Callable | None = None,
                  buttons_factory: Callable | None = Buttons,
-                 notifier: Notifier | None = None, power: SystemPower | None = None):
+                 notifier: Notifier | None = None, power: SystemPower | None = None,
+                 models_dir: Path | None = MODELS_DIR):
         self.config_path = Path(config_path) if config_path is not None else None
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -119,6 +126,8 @@ class Daemon:
         self.notifier = notifier or Notifier()
         self.power = power or SystemPower()
         self.jobs = JobStore(self.state_dir)
+        self.drop_ins = DropIns(Path(models_dir) if models_dir is not None else None)
+        self.importing: dict | None = None  # the single-file model being imported: source, dest, done, total
 
         self.config: Config | None = None
         self.config_problems: list[Problem] = []
@@ -218,8 +227,8 @@ class Daemon:
     def shutdown(self) -> None:
         """Stop cleanly: the worker checkpoints and exits, the pins and socket are freed."""
         self.notifier.stopping("stopping: saving the job's progress")
-        if self._launched is not None:
-            log.info("stopping the worker; the job resumes from its checkpoint on the next start")
+        if self._launched is not None or self.importing is not None:
+            log.info("stopping the worker; the %s resumes on the next start", "import" if self.importing else "job")
             self.runner.stop()
             self._launched = None
         if self._watchdog is not None:
@@ -246,6 +255,7 @@ class Daemon:
             self._next_poll = self.clock.monotonic() + CONFIG_POLL_SECONDS
             if self._config_changed():
                 self.reload()
+            self._look_for_models()
         try:
             first = self.events.get(timeout=timeout) if timeout > 0 else self.events.get_nowait()
         except queue.Empty:
@@ -334,6 +344,8 @@ class Daemon:
             self._finished(event)
         elif isinstance(event, Failed):
             self._failed(event)
+        elif isinstance(event, (ImportProgress, Imported, ImportFailed)):
+            self._import_event(event)
 
     # ---------------------------------------------------------------- the config
 
@@ -587,7 +599,9 @@ class Daemon:
             self._show_wanted()
         if self.current is not None and self.current.finished:
             self._show_when_due()
-        if self.current is None:
+        if self.importing is not None or self._start_import():
+            pass                    # the worker is importing a model; pictures wait for it
+        elif self.current is None:
             self._start_next()      # straight after a picture went up: the next one is made ahead
         elif self.current.finished is None and self._launched is None and \
                 (self._retry_at is None or self.clock.now() >= self._retry_at):
@@ -601,10 +615,15 @@ class Daemon:
         if self._retry_at is not None and now < self._retry_at:
             return
         model = self.config.model.path
-        if not model.exists():
-            message = (f"No model at {model}.\nCopy an SDXL model folder there (`slowframe models import` makes "
-                       f"one from a .safetensors file) or set model.path in {self.config.source or 'the config'}. "
-                       f"The frame looks again every minute.")
+        if not model_folder(model).exists():
+            if is_single_file(model) and model.is_file():
+                message = (f"{model.name} is not imported yet.\nThe frame imports it once the file has stopped "
+                           f"changing (a copy still running, or an import that failed: see the log). "
+                           f"The frame looks again every minute.")
+            else:
+                message = (f"No model at {model}.\nCopy an SDXL model folder there, or a single-file .safetensors "
+                           f"model onto the models drive (the frame imports it), or set model.path in "
+                           f"{self.config.source or 'the config'}. The frame looks again every minute.")
             if self.last_error != message:
                 log.error("%s", " ".join(message.split()))
                 self.last_error = message
@@ -635,7 +654,7 @@ class Daemon:
         now = self.clock.now()
         job = Job(id=f"{now:%Y%m%d-%H%M%S}-{self.rng.getrandbits(24):06x}", theme=theme.name, prompt=prompt,
                   negative_prompt=theme.negative, seed=seed, steps=theme.steps, guidance=theme.guidance,
-                  sampler=theme.sampler, width=width, height=height, model=str(config.model.path),
+                  sampler=theme.sampler, width=width, height=height, model=str(model_folder(config.model.path)),
                   preset=config.model.preset, lora=str(theme.lora) if theme.lora else None,
                   lora_weight=theme.lora_weight, loras=tuple((str(p), w) for p, w in loras), requested=requested,
                   created=_iso(now))
@@ -643,7 +662,8 @@ class Daemon:
         self._save_state()
         log.info("new job %s: %s: %r (seed %d, %d steps, %dx%d, %s)", job.id, job.theme, job.prompt, job.seed,
                  job.steps, job.width, job.height, job.sampler, extra=_fields(job))
-        self._launch()
+        if self.importing is None:
+            self._launch()          # else once the import is done
 
     def _launch(self) -> None:
         job = self.current.job
@@ -726,6 +746,52 @@ class Daemon:
             self._error_screen = (f"{self.failures} picture(s) in a row failed. The last error:\n{event.message}"
                                   + (f"\nNext try {describe_wait(self._retry_at, self.clock.now())}."
                                      if self._retry_at else ""))
+
+    # ---------------------------------------------------------------- single-file models
+
+    def _look_for_models(self) -> None:
+        model = self.config.model.path if self.config is not None else None
+        self.drop_ins.extra = model if model is not None and is_single_file(model) else None
+        self.drop_ins.look(self.clock.monotonic())
+
+    def _start_import(self) -> bool:
+        """Start importing a dropped-in model that has stopped changing (the config's own first);
+        a picture being made stops at its checkpoint and resumes after."""
+        ready = self.drop_ins.ready(self.clock.monotonic())
+        if not ready:
+            return False
+        source = self.drop_ins.extra if self.drop_ins.extra in ready else ready[0]
+        if self._launched is not None:
+            log.info("job %s waits at its checkpoint while %s is imported", self._launched, source.name)
+            self.runner.stop()
+            self._launched = None
+        dest = imported_folder(source)
+        self.importing = {"source": source, "dest": dest, "done": 0, "total": None, "started": _iso(self.clock.now())}
+        log.info("importing the single-file model %s into %s (in the worker, at low priority)", source, dest)
+        self.runner.start_import(source, dest, self.jobs.folder / "worker.lock")
+        if self._wanted is None and not quiet_hours_at(self._schedule(), self.clock.now()):
+            self._wanted = ("status",)      # the panel says why no new picture comes while it runs
+        return True
+
+    def _import_event(self, event) -> None:
+        if self.importing is None or event.source != self.importing["source"]:
+            return
+        if isinstance(event, ImportProgress):
+            self.importing.update(done=event.bytes_done, total=event.bytes_total)
+            return
+        source, self.importing = self.importing["source"], None
+        if isinstance(event, Imported):
+            named = self.config is not None and self.config.model.path == source
+            log.info("imported %s into %s; %s", source.name, event.dest,
+                     "model.path names it: the next picture uses it" if named else f"use it with model.path: {event.dest}")
+            if self.last_error and source.name in self.last_error:
+                self.last_error = None
+        elif not event.cancelled:
+            self.drop_ins.failed(source)
+            message = (f"Could not import {source.name}:\n{event.message}\nCopy the file again to retry.")
+            log.error("%s", " ".join(message.split()))
+            self.last_error = message
+            self._error_screen = message
 
     def _show_when_due(self) -> None:
         state = self.current
@@ -974,12 +1040,20 @@ class Daemon:
                 info.update(state="generating", step=step, eta_seconds=eta)
                 message = f"{job.theme}: step {step}/{job.steps}" + (f", {_duration(eta)} left" if eta else "")
             out["job"] = info
+        elif self.importing is not None:
+            message = ""
         elif self.config is None:
             message = "config has errors: " + (self.config_problems[0].message if self.config_problems else "?")
         elif self.last_error and self._retry_at:
             message = f"error: {self.last_error}; next try {describe_wait(self._retry_at, now)}"
         else:
             message = "idle"
+        if self.importing is not None:
+            imp = self.importing
+            percent = f"{100 * imp['done'] / imp['total']:.0f}%" if imp["total"] else "starting"
+            out["import"] = {"source": str(imp["source"]), "dest": str(imp["dest"]), "bytes_done": imp["done"],
+                             "bytes_total": imp["total"], "started": imp["started"]}
+            message = f"importing {imp['source'].name}: {percent}" + (f"; {message} (waits for it)" if message else "")
         if self.config_problems and self.config is not None:
             message += f" (config has {len(out['config_errors'])} error(s); running the last good one)"
         out["message"] = message

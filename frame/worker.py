@@ -1,7 +1,10 @@
 """Generation in a child process: the daemon stays responsive and survives whatever happens to it.
 
 ``ChildRunner`` (in the daemon) starts ``python -m frame.worker`` for one job, feeds it the
-job as JSON on stdin and turns its output into events: JobProgress, Finished, Failed.
+job as JSON on stdin and turns its output into events: JobProgress, Finished, Failed. It
+also imports single-file models there (``start_import``: ImportProgress, Imported,
+ImportFailed), so that the import's few hundred MB and hours of reading never touch the
+daemon and run at the same low priority.
 
 The worker (this module's ``main``):
 
@@ -138,6 +141,28 @@ class Failed:
     retry_later: bool = False   # the disk was full or failing: the same job can go on once it is not
 
 
+@dataclass(frozen=True)
+class ImportProgress:
+    """The import of a single-file model wrote another part of its folder."""
+
+    source: Path
+    bytes_done: int
+    bytes_total: int
+
+
+@dataclass(frozen=True)
+class Imported:
+    source: Path
+    dest: Path
+
+
+@dataclass(frozen=True)
+class ImportFailed:
+    source: Path
+    message: str
+    cancelled: bool = False     # stopped by the daemon (it resumes when started again)
+
+
 def oom_kills() -> int | None:
     """How many processes the kernel's OOM killer has killed since boot (/proc/vmstat), None if unknown."""
     try:
@@ -171,12 +196,24 @@ class ChildRunner:
 
     def start(self, job: Job, checkpoint_dir: Path, output: Path, lock: Path,
               preview: PreviewRequest | None = None) -> None:
+        self._job = job
+        proc = self._spawn({"generator": self.generator, "job": job.to_json(), "checkpoint_dir": str(checkpoint_dir),
+                            "output": str(output), "lock": str(lock), "parent": os.getpid(),
+                            "preview": preview.to_json() if preview is not None else None}, job.id)
+        threading.Thread(target=self._read, args=(proc, job), daemon=True, name="slowframe-worker-read").start()
+
+    def start_import(self, source: Path, dest: Path, lock: Path) -> None:
+        """Import the single-file model `source` into the model folder `dest` (resuming an
+        interrupted import of it)."""
+        self._job = None
+        proc = self._spawn({"import": {"source": str(source), "dest": str(dest)}, "lock": str(lock),
+                            "parent": os.getpid()}, f"import {source.name}")
+        threading.Thread(target=self._read_import, args=(proc, Path(source)), daemon=True,
+                         name="slowframe-import-read").start()
+
+    def _spawn(self, request: dict, label: str) -> subprocess.Popen:
         if self.running:
             raise RuntimeError("a job is already running")
-        request = {"generator": self.generator, "job": job.to_json(), "checkpoint_dir": str(checkpoint_dir),
-                   "output": str(output), "lock": str(lock), "parent": os.getpid(),
-                   "preview": preview.to_json() if preview is not None else None}
-        self._job = job
         self._stopping = False
         self._oom_kills = oom_kills()
         self._proc = subprocess.Popen([self.python, "-m", "frame.worker"], stdin=subprocess.PIPE,
@@ -185,9 +222,9 @@ class ChildRunner:
         proc = self._proc
         proc.stdin.write(json.dumps(request).encode())
         proc.stdin.close()
-        threading.Thread(target=self._log_stderr, args=(proc, job.id), daemon=True,
+        threading.Thread(target=self._log_stderr, args=(proc, label), daemon=True,
                          name="slowframe-worker-log").start()
-        threading.Thread(target=self._read, args=(proc, job), daemon=True, name="slowframe-worker-read").start()
+        return proc
 
     def stop(self) -> None:
         """Stop the job (it keeps its checkpoints): SIGTERM, then SIGKILL after ``term_timeout`` s."""
@@ -209,26 +246,25 @@ class ChildRunner:
             if line:
                 log.info("%s", line, extra={"SLOWFRAME_JOB": job_id})
 
+    def _read_import(self, proc: subprocess.Popen, source: Path) -> None:
+        done, error, code = _outcome(proc, "imported", {"import": lambda event: self.post(
+            ImportProgress(source, int(event["done"]), int(event["total"])))})
+        if done is not None and code == EXIT_OK:
+            self.post(Imported(source, Path(done["dest"])))
+        elif self._stopping or code == EXIT_CANCELLED:
+            self.post(ImportFailed(source, "stopped", cancelled=True))
+        elif code in (-signal.SIGKILL, EXIT_OOM):
+            self.post(ImportFailed(source, "the import ran out of memory"))
+        else:
+            self.post(ImportFailed(source, str(error.get("message")) if error is not None else
+                                   f"the import exited with status {code}"))
+
     def _read(self, proc: subprocess.Popen, job: Job) -> None:
-        done: dict | None = None
-        error: dict | None = None
-        for raw in proc.stdout:
-            try:
-                event = json.loads(raw)
-            except ValueError:
-                log.warning("worker: unreadable line %r", raw[:200])
-                continue
-            kind = event.get("event")
-            if kind == "progress":
-                self.post(JobProgress(job.id, int(event["step"]), int(event["steps"]), event.get("seconds_per_step"),
-                                   event.get("resumed_from")))
-            elif kind == "preview":
-                self.post(JobPreview(job.id, Path(event["path"]), int(event["step"]), int(event["steps"])))
-            elif kind == "done":
-                done = event
-            elif kind == "error":
-                error = event
-        code = proc.wait()
+        done, error, code = _outcome(proc, "done", {
+            "progress": lambda event: self.post(JobProgress(job.id, int(event["step"]), int(event["steps"]),
+                                                            event.get("seconds_per_step"), event.get("resumed_from"))),
+            "preview": lambda event: self.post(JobPreview(job.id, Path(event["path"]), int(event["step"]),
+                                                          int(event["steps"])))})
         if done is not None and code == EXIT_OK:
             self.post(Finished(job.id, Path(done["output"]), dict(done.get("metadata") or {}),
                                done.get("seconds_per_step")))
@@ -248,6 +284,28 @@ class ChildRunner:
             self.post(Failed(job.id, f"the generator was killed by signal {signal.Signals(-code).name}", code))
         else:
             self.post(Failed(job.id, f"the generator exited with status {code} without a picture", code))
+
+
+def _outcome(proc: subprocess.Popen, success: str,
+             on_event: dict[str, Callable[[dict], None]]) -> tuple[dict | None, dict | None, int]:
+    """Read the worker's JSON lines to its end, handing each event of a kind in `on_event` to
+    its handler; returns its `success` event, its "error" event (each None if it sent none)
+    and its exit status."""
+    done = error = None
+    for raw in proc.stdout:
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            log.warning("worker: unreadable line %r", raw[:200])
+            continue
+        kind = event.get("event") if isinstance(event, dict) else None
+        if kind in on_event:
+            on_event[kind](event)
+        elif kind == success:
+            done = event
+        elif kind == "error":
+            error = event
+    return done, error, proc.wait()
 
 
 # ---------------------------------------------------------------- the child process
@@ -402,6 +460,25 @@ def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> i
     return EXIT_OK
 
 
+def run_import(request: dict, emit: Callable[[dict], None]) -> int:
+    """Import one single-file model (frame/models.py), telling its progress every percent."""
+    from engine.convert.importer import import_model
+
+    source, dest = Path(request["import"]["source"]), Path(request["import"]["dest"])
+    told = {"percent": -1}
+
+    def progress(p) -> None:
+        percent = 100 * p.bytes_done // max(1, p.bytes_total)
+        if percent != told["percent"]:
+            told["percent"] = percent
+            emit({"event": "import", "done": p.bytes_done, "total": p.bytes_total})
+
+    report = import_model(source, dest, log=lambda line: log.info("import %s: %s", source.name, line),
+                          progress=progress)
+    emit({"event": "imported", "dest": str(report.dest)})
+    return EXIT_OK
+
+
 def main() -> int:
     request = json.load(sys.stdin)
     protocol = _protocol_stream()
@@ -423,7 +500,7 @@ def main() -> int:
         _lower_priority()
         with open(request["lock"], "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)   # a worker left over from a killed daemon finishes first
-            return run_job(request, emit, stop)
+            return run_import(request, emit) if "import" in request else run_job(request, emit, stop)
     except Cancelled:
         return EXIT_CANCELLED
     except MemoryError:

@@ -34,6 +34,7 @@ class Frame:
 
     def __init__(self, tmp_path: Path, config: str = CONFIG, start=dt.datetime(2025, 3, 1, 6, 0),
                  notifier: Notifier | None = None, display_class=FileDisplay):
+        self.models = tmp_path / "models"      # the models drive; made by the tests that drop models in
         self.root = tmp_path
         (tmp_path / "model").mkdir(exist_ok=True)
         self.config_path = tmp_path / "frame.yaml"
@@ -53,7 +54,7 @@ class Frame:
                              rng=__import__("random").Random(5), runner_factory=ManualRunner,
                              display_factory=display_factory,
                              buttons_factory=lambda s, pins, post: Buttons(s, pins, post, pin_factory=self.pins),
-                             notifier=notifier or Notifier(env={}))
+                             notifier=notifier or Notifier(env={}), models_dir=self.models)
         self.runner: ManualRunner = self.daemon.runner
         self.daemon.start(control=False)
         self.daemon.step()

@@ -156,20 +156,46 @@ class FakeClock:
 
 
 class ManualRunner:
-    """A runner the test drives: it records each start and stop; the test posts the job's events."""
+    """A runner the test drives: it records each start and stop; the test posts the job's (or import's) events."""
 
     def __init__(self, post):
         self.post = post
         self.started: list = []       # (job, checkpoint_dir, output)
-        self.stopped: list[str] = []
+        self.stopped: list[str] = []  # job ids, or "import NAME"
+        self.imports: list = []       # (source, dest)
         self.job = None
+        self.importing = None         # (source, dest) while an import runs
 
     @property
     def running(self) -> bool:
-        return self.job is not None
+        return self.job is not None or self.importing is not None
+
+    def start_import(self, source, dest, lock) -> None:
+        assert not self.running, "the worker is busy"
+        self.importing = (Path(source), Path(dest))
+        self.imports.append(self.importing)
+
+    def import_progress(self, done: int, total: int) -> None:
+        from frame.worker import ImportProgress
+
+        self.post(ImportProgress(self.importing[0], done, total))
+
+    def import_finish(self) -> None:
+        """The import succeeded: its model folder appears."""
+        from frame.worker import Imported
+
+        (source, dest), self.importing = self.importing, None
+        dest.mkdir()
+        self.post(Imported(source, dest))
+
+    def import_fail(self, message: str) -> None:
+        from frame.worker import ImportFailed
+
+        (source, _), self.importing = self.importing, None
+        self.post(ImportFailed(source, message))
 
     def start(self, job, checkpoint_dir, output, lock, preview=None) -> None:
-        assert self.job is None, "a job is already running"
+        assert not self.running, "the worker is busy"
         self.job = job
         self.output = Path(output)
         self.preview_request = preview
@@ -179,6 +205,9 @@ class ManualRunner:
         if self.job is not None:
             self.stopped.append(self.job.id)
             self.job = None
+        if self.importing is not None:
+            self.stopped.append(f"import {self.importing[0].name}")
+            self.importing = None
 
     # what the worker would report
     def progress(self, step: int, seconds_per_step: float = 60.0) -> None:

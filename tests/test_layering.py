@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engine models", ("engine.sdxl", "engine.convert", "engine.quantize")),
     ("frame parts", ("frame", "frame.paths", "frame.userfiles", "frame.pictures", "frame.display", "frame.themes",
                      "frame.history", "frame.jobs", "frame.notify", "frame.control", "frame.loratags",
-                     "frame.power")),
+                     "frame.power", "frame.models")),
     ("frame config", ("frame.config",)),
     ("frame services", ("frame.buttons", "frame.scheduler", "frame.worker")),
     ("frame daemon", ("frame.daemon",)),

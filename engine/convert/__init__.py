@@ -8,8 +8,9 @@ itself), verify, list, and LoRA styles merged at import or applied at run time.
 
 Modules: sgm_keys (SGM <-> diffusers names), sgm_source and diffusers_source (what the
 source holds), layout (what a model folder holds), importer, manifest, verify, lora,
-project_files (tokenizers and scheduler supplied when the source has none), commands
-(the CLI).
+project_files (tokenizers and scheduler supplied when the source has none), download
+(fetch then import: hub says what to fetch, fetch gets one file over HTTP, resumed and
+checked), commands (the CLI).
 """
 
 from engine.convert.importer import import_model

@@ -86,6 +86,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(reply, indent=2))
         return 0
     print(reply.get("message", "?"))
+    imp = reply.get("import")
+    if imp:
+        size = f"{imp['bytes_done'] / 1e9:.2f} of {imp['bytes_total'] / 1e9:.2f} GB written" if imp["bytes_total"] \
+            else "starting"
+        print(f"  importing {imp['source']} into {imp['dest']}: {size} (since {imp['started']})")
     job = reply.get("job")
     if job:
         print(f"  job {job['id']}: {job['prompt']!r} (seed {job['seed']}, {job['steps']} steps, {job['size']}, "

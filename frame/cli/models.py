@@ -1,4 +1,4 @@
-"""`slowframe models quantize | import | verify | list`: making and checking model folders."""
+"""`slowframe models quantize | import | download | verify | list`: making and checking model folders."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engine.convert.importer import PRECISIONS
 from engine.convert.lora import parse_lora_spec
-from frame.paths import MODELS_DIR
+from frame.paths import MODELS_DIR, default_state_dir
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -41,6 +41,27 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                      "SDXL's conventions: a diffusers folder whose config files describe it")
     imp.set_defaults(func=cmd_import)
 
+    download = models_sub.add_parser(
+        "download", help="fetch an SDXL model from the Hugging Face hub or a link and import it",
+        description="Fetch an SDXL model on the frame itself and import it as `models import` does (a few hundred "
+                    "MB of memory). REPO_OR_URL is a Hugging Face repository (ORG/NAME: a diffusers model such as "
+                    "stabilityai/sdxl-turbo), a file in one (ORG/NAME/FILE.safetensors, or its huggingface.co "
+                    "link), or an https:// link to a single-file .safetensors model. Every file is checked against "
+                    "the size and sha256 the hub lists. Interrupted (a power cut, the network)? Run the same "
+                    "command again: the download resumes where it stopped. Gated repositories: set HF_TOKEN; "
+                    "another hub or a mirror: set HF_ENDPOINT.")
+    download.add_argument("source", metavar="REPO_OR_URL", help="ORG/NAME, ORG/NAME/FILE.safetensors or a link")
+    download.add_argument("dest", nargs="?", help="the model folder to create (default: the model's name in "
+                          "--models-dir)")
+    download.add_argument("--models-dir", default=str(MODELS_DIR), metavar="DIR",
+                          help="where the model folder goes when DEST is not given (default: %(default)s)")
+    download.add_argument("--precision", choices=PRECISIONS, default="fp16",
+                          help="as for `models import`: fp16 (default) or uint8 (the UNet at half the size)")
+    download.add_argument("--download-dir", default=str(default_state_dir() / "downloads"), metavar="DIR",
+                          help="where the files wait until imported, then deleted (default: %(default)s; on the "
+                               "frame the root partition, which has room for them beside the models partition)")
+    download.set_defaults(func=cmd_download)
+
     verify = models_sub.add_parser("verify", help="check a model folder's files against its manifest and configs",
                                    description="Recompute the sha256 of every file of an imported model and check "
                                                "every tensor's name, shape and dtype against its config.json.")
@@ -62,6 +83,21 @@ def cmd_import(args: argparse.Namespace) -> int:
     print(f"imported {args.src} -> {report.dest}: {report.bytes_in / 1e9:.2f} GB -> {report.bytes_out / 1e9:.2f} GB "
           f"({args.precision}) in {report.seconds:.1f} s, peak RSS {peak_rss_bytes() / 1e6:.0f} MB")
     print(f"check it any time with: slowframe models verify {report.dest}")
+    return 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from engine.convert.download import download_model
+    from engine.trace import peak_rss_bytes
+
+    report = download_model(args.source, args.dest, args.models_dir, precision=args.precision,
+                            download_dir=args.download_dir, log=print)
+    checks = ", ".join(f"{n} by {how}" for how, n in sorted(report.checked.items()))
+    print(f"downloaded {args.source}: {report.files} files, {report.bytes / 1e9:.2f} GB ({checks}; "
+          f"{report.received / 1e9:.2f} GB this run), imported as {report.dest}: "
+          f"{report.imported.bytes_out / 1e9:.2f} GB ({args.precision}); at most {report.peak_disk / 1e9:.2f} GB "
+          f"on one drive at once, peak RSS {peak_rss_bytes() / 1e6:.0f} MB")
+    print(f"use it with model.path: {report.dest}")
     return 0
 
 

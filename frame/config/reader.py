@@ -418,8 +418,9 @@ class Time:
 class FilePath:
     """A file or folder; relative ones are relative to the file being read, ``~`` is the home folder.
 
-    ``kind`` "folder" or "file": what must be there when something is, and no file may stand where a
-    folder of the path belongs (the frame makes missing folders; it cannot make them through a file).
+    ``kind`` "folder", "file" or "model" (a model folder or a single-file .safetensors model): what
+    must be there when something is, and no file may stand where a folder of the path belongs (the
+    frame makes missing folders; it cannot make them through a file).
     """
 
     kind: str | None = None
@@ -441,6 +442,9 @@ def _wrong_kind(path: Path, kind: str) -> str | None:
     """Why ``path`` cannot be the ``kind`` ("folder" or "file") asked for, or None."""
     try:
         if path.exists():
+            if kind == "model" and not path.is_dir() and not (path.is_file() and path.suffix.lower() == ".safetensors"):
+                return (f"{path} is neither a model folder nor a single-file .safetensors model; name one of "
+                        "those (`slowframe models import` explains which files it reads)")
             if kind == "folder" and not path.is_dir():
                 return f"{path} is a file, not a folder; name a folder (or remove the file)"
             if kind == "file" and not path.is_file():

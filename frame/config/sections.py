@@ -22,6 +22,7 @@ from frame.config.settings import (DEFAULT_BUTTONS, ButtonSettings, ButtonSpec, 
 from frame.display.config import AUTO_PANEL, KEYS as DISPLAY_KEYS, DisplayConfig, check_value
 from frame.display.errors import DisplayError
 from frame.display.palette import Palette
+from frame.models import imported_folder, is_single_file
 from frame.display.panels import PANELS
 from frame.themes import ORDERS
 
@@ -50,7 +51,8 @@ TOP = (
     Key("log_level", OneOf(LOG_LEVELS), "how much the daemon logs"),
 )
 MODEL = (
-    Key("path", FilePath("folder"), "the SDXL model folder (see `slowframe models import`)"),
+    Key("path", FilePath("model"), "the SDXL model folder (see `slowframe models import`), or a single-file "
+                                    ".safetensors model, which the frame imports into a folder beside it"),
     Key("preset", OneOf(PRESETS), "the engine's memory preset"),
     Key("lora_folder", FilePath("folder"), "where <lora:NAME:WEIGHT> in a prompt finds NAME.safetensors"),
 )
@@ -98,6 +100,11 @@ def read_model(reader: Reader, node: Node | None) -> ModelSettings:
     if path is not None and not path.exists():
         reader.warn(values["path"], f"model.path: {path} does not exist yet; until a model is copied there the "
                                     "frame shows a message instead of pictures (see `slowframe models import`)")
+    elif path is not None and is_single_file(path) and not imported_folder(path).exists():
+        reader.warn(values["path"], f"model.path: {path} is a single-file model; the frame imports it into "
+                                    f"{imported_folder(path)} before its first picture (once, as long as reading the whole "
+                                    "file takes; `slowframe status` shows the progress). To do it now instead: "
+                                    f"slowframe models import {path} {imported_folder(path)}")
     return ModelSettings(**settings)
 
 

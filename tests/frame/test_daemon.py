@@ -705,3 +705,102 @@ def test_a_refused_shutdown_is_an_error_on_the_panel_and_the_frame_goes_on(tmp_p
     assert "shutdown failed:" in frame.daemon.last_error and "Access denied" in frame.daemon.last_error
     assert "could not shut down" in frame.daemon._error_screen
     assert frame.runner.job is not None, "the picture being made goes on"
+
+
+def drop_in(frame: Frame, name: str = "juggernaut.safetensors", data: bytes = b"x" * 1000) -> Path:
+    frame.models.mkdir(exist_ok=True)
+    path = frame.models / name
+    with open(path, "ab") as f:
+        f.write(data)
+    return path
+
+
+def wait_seconds(frame: Frame, seconds: float) -> None:
+    frame.clock.advance(seconds=seconds)
+    frame.step()
+
+
+def test_a_model_dropped_onto_the_models_drive_is_imported_once_its_copy_is_done(frame):
+    job = frame.runner.started[0][0]
+    model = drop_in(frame)
+    wait_seconds(frame, CONFIG_POLL_SECONDS + 1)
+    wait_seconds(frame, 40)
+    drop_in(frame)                                  # still being copied
+    wait_seconds(frame, 40)                         # the change is seen here
+    wait_seconds(frame, 40)
+    assert frame.runner.imports == []
+    wait_seconds(frame, 25)
+    assert frame.runner.imports == [(model, frame.models / "juggernaut")]
+    assert frame.runner.stopped == [job.id]          # the picture waits at its checkpoint
+    assert frame.daemon.snapshot["message"].startswith("importing juggernaut.safetensors: starting; sea: step 0/20")
+    frame.step()                                      # the panel says so (outside quiet hours)
+    assert frame.display.refreshes == 1 and frame.daemon.status_text().startswith("importing juggernaut")
+    frame.runner.import_progress(400, 1000)
+    frame.step()
+    assert frame.daemon.snapshot["import"]["bytes_done"] == 400
+    assert frame.daemon.snapshot["message"].startswith("importing juggernaut.safetensors: 40%")
+    frame.press(16)                                   # C: skip, while the import runs: the import goes on
+    frame.step()
+    assert frame.runner.importing is not None and len(frame.runner.started) == 1
+    frame.runner.import_finish()
+    frame.step()
+    assert frame.daemon.importing is None and len(frame.runner.started) == 2
+    wait_seconds(frame, 600)
+    assert len(frame.runner.imports) == 1             # imported once
+
+
+def test_a_picture_stopped_for_an_import_resumes_from_its_checkpoint(frame):
+    job = frame.runner.started[0][0]
+    frame.runner.progress(7)
+    drop_in(frame)
+    wait_seconds(frame, CONFIG_POLL_SECONDS + 1)
+    wait_seconds(frame, 61)
+    assert frame.runner.stopped == [job.id] and frame.runner.job is None
+    frame.runner.import_finish()
+    frame.step()
+    again = frame.runner.started[-1][0]
+    assert again.id == job.id and len(frame.runner.started) == 2
+
+
+def test_model_path_naming_a_single_file_is_imported_before_the_first_picture(tmp_path):
+    (tmp_path / "models").mkdir()
+    model = tmp_path / "models" / "mine.safetensors"
+    model.write_bytes(b"x" * 100)
+    (tmp_path / "frame.yaml").write_text(CONFIG.replace("path: model", "path: models/mine.safetensors"))
+    f = Frame(tmp_path)
+    try:
+        assert f.runner.started == [] and "mine.safetensors is not imported yet" in f.daemon.last_error
+        wait_seconds(f, 61)
+        assert f.runner.imports == [(model, tmp_path / "models" / "mine")]
+        f.runner.import_finish()
+        f.step()
+        wait_seconds(f, 61)                              # the "not imported" retry wait is over
+        assert f.runner.started[0][0].model == str(tmp_path / "models" / "mine")
+    finally:
+        f.close()
+
+
+def test_a_failed_import_is_on_the_panel_and_tried_again_only_for_a_new_copy(frame):
+    drop_in(frame)
+    wait_seconds(frame, CONFIG_POLL_SECONDS + 1)
+    wait_seconds(frame, 61)
+    frame.runner.import_fail("juggernaut.safetensors: truncated: tensor 'x' ends at byte 9 but the file has 5 bytes")
+    wait_seconds(frame, 200)                           # the status screen asked for at the start goes up first
+    wait_seconds(frame, 200)
+    assert "Could not import juggernaut.safetensors" in frame.daemon.last_error
+    assert "Could not import juggernaut.safetensors" in frame.daemon._error_on_panel
+    assert len(frame.runner.started) == 2 and frame.runner.started[1][0].id == frame.runner.started[0][0].id
+    wait_seconds(frame, 600)
+    assert len(frame.runner.imports) == 1
+    drop_in(frame)                                    # copied again
+    wait_seconds(frame, CONFIG_POLL_SECONDS + 1)
+    wait_seconds(frame, 61)
+    assert len(frame.runner.imports) == 2
+
+
+def test_stopping_the_daemon_stops_an_import(frame):
+    drop_in(frame)
+    wait_seconds(frame, CONFIG_POLL_SECONDS + 1)
+    wait_seconds(frame, 61)
+    frame.daemon.shutdown()
+    assert frame.runner.stopped[-1] == "import juggernaut.safetensors"

@@ -21,8 +21,10 @@ from PIL import Image
 from daemon_processes import ENV
 from frame import worker
 from frame.jobs import Job
+from engine.convert.verify import verify_model
 from engine.sdxl.preview import linear_preview
-from frame.worker import ChildRunner, Failed, Finished, JobPreview, JobProgress, PreviewRequest, StopRequest, run_job
+from frame.worker import (ChildRunner, Failed, Finished, ImportFailed, Imported, ImportProgress, JobPreview,
+                          JobProgress, PreviewRequest, StopRequest, run_job)
 from frame_fakes import FakePipeline, calls, make_job, uninterrupted_state, write_fake_model
 
 
@@ -237,3 +239,34 @@ def test_a_preview_decoder_that_is_not_there_falls_back_to_the_linear_map_saying
     [warning] = [r.getMessage() for r in caplog.records if "previews" in r.getMessage()]
     assert "no preview decoder 'nonesuch'" in warning and "linear map instead" in warning
     assert np.array_equal(np.asarray(Image.open(path).convert("RGB")), np.asarray(linear_preview(estimates(job)[5])))
+
+
+def run_import(source: Path, dest: Path, timeout: float = 120) -> list:
+    events: queue.Queue = queue.Queue()
+    runner = ChildRunner(events.put, env=ENV)
+    runner.start_import(source, dest, dest.parent / "worker.lock")
+    seen = []
+    while True:
+        event = events.get(timeout=timeout)
+        seen.append(event)
+        if isinstance(event, (Imported, ImportFailed)):
+            return seen
+
+
+def test_the_worker_imports_a_single_file_model_and_tells_its_progress(tiny_single_file, tmp_path):
+    source = tmp_path / "tiny.safetensors"
+    source.symlink_to(tiny_single_file.sgm)
+    events = run_import(source, tmp_path / "tiny")
+    progress = [e for e in events if isinstance(e, ImportProgress)]
+    percents = [100 * e.bytes_done // e.bytes_total for e in progress]
+    assert len(percents) > 50 and percents == sorted(set(percents))      # once per percent, going up
+    assert events[-1] == Imported(source, tmp_path / "tiny")
+    verify_model(tmp_path / "tiny", log=lambda *_: None)
+
+
+def test_a_half_copied_model_fails_to_import_with_the_reason(tiny_single_file, tmp_path):
+    source = tmp_path / "cut.safetensors"
+    source.write_bytes(tiny_single_file.sgm.read_bytes()[:300_000])
+    events = run_import(source, tmp_path / "cut")
+    assert isinstance(events[-1], ImportFailed) and "truncated" in events[-1].message
+    assert not (tmp_path / "cut").exists()

@@ -112,3 +112,23 @@ def test_a_control_character_in_a_wildcard_file_is_refused_at_its_line(tmp_path)
     (tmp_path / "styles.txt").write_text("linocut\nink\x00wash\n")
     path = write(tmp_path, BASE + "themes:\n  - {name: t, prompt: __styles__}\nwildcards:\n  styles: styles.txt\n")
     assert any(e.startswith(f"{tmp_path / 'styles.txt'}:2:") and "U+0000" in e for e in errors(path))
+
+
+def test_a_single_file_model_path_says_the_frame_imports_it_and_how_to_do_it_now(tmp_path):
+    (tmp_path / "mine.safetensors").write_bytes(b"x")
+    path = write(tmp_path, BASE + "model: {path: mine.safetensors}\n")
+    problems = [p for p in check_config(path) if "model.path" in str(p)]
+    assert [p.severity for p in problems] == ["warning"]
+    assert f"the frame imports it into {tmp_path / 'mine'} before its first picture" in str(problems[0])
+    assert f"slowframe models import {tmp_path / 'mine.safetensors'} {tmp_path / 'mine'}" in str(problems[0])
+    assert load_config(path).model.path == tmp_path / "mine.safetensors"
+    (tmp_path / "mine").mkdir()                       # imported: nothing to say
+    assert not [p for p in check_config(path) if "model.path" in str(p)]
+
+
+def test_a_model_path_naming_another_kind_of_file_is_an_error(tmp_path):
+    (tmp_path / "mine.ckpt").write_bytes(b"x")
+    path = write(tmp_path, BASE + "model: {path: mine.ckpt}\n")
+    assert errors(path) == [f"{path}:2:15: error: model.path: {tmp_path / 'mine.ckpt'} is neither a model folder nor "
+                            "a single-file .safetensors model; name one of those (`slowframe models import` "
+                            "explains which files it reads)"]

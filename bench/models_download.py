@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Benchmark of `slowframe models download` on a full-size single-file SDXL model: memory and disk.
+
+Serves bench/models_import.py's random model with exactly sd_xl_base_1.0.safetensors' tensors
+(6.94 GB, fp16) as a file in a hub-shaped repository from tests/hub_server.py on localhost, then
+downloads and imports it in a fresh subprocess per precision (the download checked against the
+tree API's sha256), and reports seconds, the subprocess's peak RSS (VmHWM) and the disk peak:
+the most the download folder and the model folder held at once, sampled every 0.2 s. The network
+is localhost, so the seconds are the frame's CPU and disk work, not a WiFi download. Big files go
+to ${SLOWFRAME_BENCH_CACHE:-~/.cache/slowframe-bench}/models-import/ (shared with
+bench/models_import.py) and are deleted at the end unless --keep. Needs ~21 GB free. Run:
+
+    nice -n 10 python bench/models_download.py --precisions uint8
+
+Not run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's engine, if not installed
+import engine  # noqa: E402,F401  (before numpy: it sets OpenBLAS's thread spin, read when numpy loads)
+
+from harness import REPO  # noqa: E402  (bench/, the script's own folder)
+from models_import import CACHE, write_single_file  # noqa: E402
+
+sys.path.insert(0, str(REPO / "tests"))
+from hub_server import HubServer  # noqa: E402
+
+CHILD = """
+import json, sys, time
+from engine.convert.download import download_model
+from engine.trace import peak_rss_bytes
+started = time.monotonic()
+report = download_model(sys.argv[1], sys.argv[2], sys.argv[3], precision=sys.argv[4], download_dir=sys.argv[5],
+                        log=lambda line: print(line, flush=True))
+print(json.dumps({"seconds": time.monotonic() - started, "peak_rss": peak_rss_bytes(), "bytes": report.bytes,
+                  "bytes_out": report.imported.bytes_out, "checked": report.checked, "peak_disk": report.peak_disk}))
+"""
+
+
+def used_bytes(folders: list[Path]) -> int:
+    """Blocks allocated under the folders (what the card would hold)."""
+    total = 0
+    for folder in folders:
+        for dirpath, _, files in os.walk(folder):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+                except FileNotFoundError:
+                    pass
+    return total
+
+
+class DiskPeak:
+    def __init__(self, folders: list[Path]):
+        self.folders, self.peak, self._stop = folders, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, used_bytes(self.folders))
+
+    def __enter__(self) -> "DiskPeak":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--precisions", nargs="+", default=["uint8", "fp16"], choices=["uint8", "fp16"])
+    parser.add_argument("--keep", action="store_true", help="keep the model file")
+    args = parser.parse_args()
+    repo = CACHE / "repo"
+    single_file = repo / "sd_xl_base_1.0.safetensors"
+    repo.mkdir(parents=True, exist_ok=True)
+    try:
+        if not single_file.exists():
+            print(f"writing a random full-size SDXL single-file model to {single_file}", flush=True)
+            write_single_file(single_file)
+        server = HubServer()
+        server.repos = {"bench/sdxl-random": repo}
+        server.tree("bench/sdxl-random", "", True)      # its sha256 now: the listing must answer within seconds
+        with server:
+            results = {}
+            for precision in args.precisions:
+                work = CACHE / f"download-{precision}"
+                shutil.rmtree(work, ignore_errors=True)
+                (work / "models").mkdir(parents=True)
+                print(f"downloading and importing as {precision} ...", flush=True)
+                with DiskPeak([work]) as disk:
+                    proc = subprocess.run(
+                        [sys.executable, "-c", CHILD, "bench/sdxl-random/sd_xl_base_1.0.safetensors",
+                         str(work / "models" / "sdxl"), str(work / "models"), precision, str(work / "downloads")],
+                        cwd=REPO, capture_output=True, text=True, env={**os.environ, "HF_ENDPOINT": server.url})
+                if proc.returncode:
+                    sys.exit(f"download failed:\n{proc.stdout}\n{proc.stderr}")
+                result = json.loads(proc.stdout.strip().splitlines()[-1])
+                result["sampled_disk_peak"] = disk.peak
+                results[precision] = result
+                print(f"  {precision}: {result['seconds']:.0f} s, peak RSS {result['peak_rss'] / 2**20:.0f} MiB, "
+                      f"{result['bytes'] / 1e9:.2f} GB downloaded ({result['checked']}) -> "
+                      f"{result['bytes_out'] / 1e9:.2f} GB; disk peak {disk.peak / 1e9:.2f} GB sampled, "
+                      f"{result['peak_disk'] / 1e9:.2f} GB by the report", flush=True)
+                shutil.rmtree(work)
+        print(json.dumps(results, indent=1))
+    finally:
+        if not args.keep:
+            shutil.rmtree(repo, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
