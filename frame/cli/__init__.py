@@ -1,8 +1,8 @@
 """The `slowframe` command: the parser assembled from one module per command group, and user errors.
 
 Each module of this package holds one group's subcommands, their flags and what they do:
-generate, models, demo, daemon (run and the commands talking to a running frame), config and
-display. `slowframe generate` builds only its own parser, so a generating process never imports
+generate, models, demo, daemon (run and the commands talking to a running frame), config,
+display and web. `slowframe generate` builds only its own parser, so a generating process never imports
 the display, theme and model-import code.
 """
 
@@ -29,7 +29,7 @@ def build_parser(only_generate: bool = False) -> argparse.ArgumentParser:
     if only_generate:
         generate.add_commands(sub)
         return parser
-    from frame.cli import config, daemon, demo, display, models
+    from frame.cli import config, daemon, demo, display, models, web
 
     # in the order `slowframe --help` lists them
     models.add_commands(sub)
@@ -38,6 +38,7 @@ def build_parser(only_generate: bool = False) -> argparse.ArgumentParser:
     config.add_commands(sub)
     daemon.add_control_commands(sub)
     display.add_commands(sub)
+    web.add_commands(sub)
     generate.add_commands(sub)
     return parser
 

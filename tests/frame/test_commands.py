@@ -2,40 +2,29 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import tempfile
-from pathlib import Path
 
 import pytest
 from PIL import Image, ImageStat
 
 from frame import commands, control
-
-# the daemon tests' Frame (a daemon on the file display with a fake clock and runner), shared rather than copied
-_spec = importlib.util.spec_from_file_location("daemon_tests", Path(__file__).with_name("test_daemon.py"))
-_daemon_tests = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_daemon_tests)
-CONFIG, Frame = _daemon_tests.CONFIG, _daemon_tests.Frame
+from socket_frames import CONFIG, SocketFrame
 
 
 @pytest.fixture
 def frame(tmp_path):
-    f = Frame(tmp_path)
-    f.daemon._control = control.ControlServer(tmp_path / "run" / control.SOCKET_NAME, f.daemon.handle_request).start()
-    f.daemon.runtime_dir = tmp_path / "run"
+    f = SocketFrame(tmp_path)
     yield f
     f.close()
 
 
 def ask(frame, command: str, **fields) -> dict:
-    return control.request(command, frame.daemon._control.path, **fields)
+    return frame.ask(command, **fields)
 
 
 def finish_one(frame) -> None:
-    frame.runner.finish()
-    frame.step()
-    frame.at(7, 1)   # due at 07:00: shown and moved to the history
+    frame.finish_one()
 
 
 def test_config_is_read_with_its_path_version_and_problems(frame):
