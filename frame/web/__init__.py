@@ -20,8 +20,9 @@ import secrets
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote_to_bytes
 
-from flask import Flask, current_app, redirect, render_template, request, session, url_for
+from flask import Flask, abort, current_app, redirect, render_template, request, session, url_for
 from werkzeug.exceptions import HTTPException
 
 from frame.web.auth import Credentials, PairingCode, Throttle, secret_key
@@ -108,6 +109,13 @@ def _gate():
         origin = request.headers.get("Origin")
         if origin is not None and origin != request.host_url.rstrip("/"):
             return _refuse(403, "This change came from another site; it was refused.")
+        if request.mimetype != "multipart/form-data":
+            if (request.content_length or 0) > MAX_FORM_BYTES:
+                abort(413)
+            try:   # Werkzeug would keep undecodable %XX escapes as text: the bytes are checked first
+                unquote_to_bytes(request.get_data(cache=True).replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError:
+                return _refuse(400, "The form held text that is not UTF-8; nothing was changed.")
         sent = request.form.get("csrf_token", "")   # a body over the limits raises 413 here: a page says so
         if not sent or "csrf" not in session or not secrets.compare_digest(sent, session["csrf"]):
             return _refuse(403, "This form has expired (or came from elsewhere). Go back, reload the page and "
@@ -118,7 +126,7 @@ def _gate():
         return None
     if not signed_in():
         if request.method in SAFE_METHODS:
-            target = "account.login" if extensions()["credentials"].is_set else "account.pair"
+            target = "account.login_page" if extensions()["credentials"].is_set else "account.pair"
             return redirect(url_for(target))
         return _refuse(401, "You are not signed in; sign in and try again.")
     return None

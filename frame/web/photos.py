@@ -32,10 +32,11 @@ class PhotoError(ValueError):
 def _open_checked(file: BinaryIO) -> Image.Image:
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)   # the limits below are ours
             image = Image.open(file)
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise PhotoError("the picture declares more pixels than any photo has; it is refused") from None
+    except Image.DecompressionBombError:
+        raise PhotoError(f"the picture declares more than {2 * Image.MAX_IMAGE_PIXELS // 1_000_000} megapixels; "
+                         "it is refused") from None
     except Exception:   # Pillow's errors for what is not a picture have many types
         raise PhotoError("this is not a picture the frame can read (use a JPEG or PNG photo)") from None
     width, height = image.size
