@@ -15,7 +15,7 @@ and leave everything else to the main loop through ``Daemon.post``:
 - ``upload`` ``{"pin"}`` with a picture's descriptor: checked like every picture the frame opens,
   kept in ``uploads/`` and shown next, pinned (no new picture replaces it) when asked;
 - ``preview``: the worker's latest preview of the picture in progress, as a descriptor;
-- ``system``: disk, temperature, under-voltage, uptime, the daemon's recent log lines;
+- ``system``: disk, the panel's size, temperature, under-voltage, uptime, the daemon's recent log lines;
 - ``power`` ``{"action": "reboot" | "poweroff"}``: a request file in the runtime folder, which
   systemd/slowframe-power@.path turns into ``systemctl reboot`` / ``poweroff`` as root (so no
   process of ours needs the privilege, and no polkit daemon takes the Pi's memory).
@@ -224,6 +224,7 @@ def system(daemon: Daemon, request: dict) -> dict:
     return {"ok": True, "model": str(model.path) if model else None, "preset": model.preset if model else None,
             "model_found": bool(model and model.path.exists()),
             "disk": {"free": disk.free, "total": disk.total, "folder": str(daemon.state_dir)},
+            "panel_size": list(daemon.display.size) if daemon.display is not None else None,
             "temperature": _temperature(), "undervoltage": _undervoltage(), "uptime_seconds": _uptime(),
             "log": list(daemon.recent_log.lines)}
 

@@ -86,10 +86,13 @@ def pairing_card(url: str, code: str, size: tuple[int, int] = (800, 480)) -> Bin
     from frame.display.text import error_screen
 
     width, height = size
-    qr_side = height * 11 // 20
-    message = (f"On a phone on the same network, open\n{url}\nand enter the code\n\n{code[:4]} {code[4:]}\n\n"
-               "or scan the QR code. The code works once, for 10 minutes.")
-    screen = error_screen(message, (width - qr_side - height // 20, height), title="Pair a phone with this frame",
+    side = min(width, height)
+    qr_side, gap = side * 11 // 20, side // 20
+    message = (f"To pair a phone with this frame, open\n{url}\non a phone on the same network and enter this "
+               "code, or scan the QR code.\n\nThe code works once, for 10 minutes.")
+    landscape = width >= height   # the QR code beside the text, or under it
+    text_size = (width - qr_side - gap, height) if landscape else (width, height - qr_side - gap)
+    screen = error_screen(message, text_size, title=f"Code: {code[:4]} {code[4:]}",
                           footer="This screen stays until the next picture.")
     card = Image.new("RGB", size, (255, 255, 255))
     card.paste(screen, (0, 0))
@@ -97,7 +100,8 @@ def pairing_card(url: str, code: str, size: tuple[int, int] = (800, 480)) -> Bin
     segno.make(f"{url.rstrip('/')}/pair?code={code}", error="m").save(buffer, kind="png", scale=1, border=2)
     buffer.seek(0)
     qr = Image.open(buffer).convert("RGB").resize((qr_side, qr_side), Image.NEAREST)
-    card.paste(qr, (width - qr_side - height // 20, (height - qr_side) // 2))
+    card.paste(qr, (width - qr_side - gap, (height - qr_side) // 2) if landscape else
+               ((width - qr_side) // 2, height - qr_side - gap))
     out = tempfile.TemporaryFile()
     card.save(out, format="PNG")
     out.seek(0)

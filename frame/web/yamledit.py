@@ -11,7 +11,6 @@ whole (a wildcard list written as a block with comments between its entries).
 from __future__ import annotations
 
 import math
-import re
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -53,8 +52,13 @@ def render(value: object, indent: int, block: bool) -> str:
         text = yaml.safe_dump(value, default_flow_style=False, sort_keys=False, allow_unicode=True, width=math.inf)
         lines = text.rstrip("\n").split("\n")
         return "\n".join([lines[0]] + [" " * indent + line for line in lines[1:]])
-    text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, allow_unicode=True, width=math.inf)
-    return re.sub(r"\n(\.\.\.\n)?$", "", text)
+    if isinstance(value, (dict, list)):
+        text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, allow_unicode=True, width=math.inf)
+        return text.rstrip("\n")
+    # a scalar as an item of a flow list, so it is quoted wherever flow syntax would misread it ("a {b|c}")
+    style = '"' if isinstance(value, str) and "\n" in value else None   # escaped on one line: no indentation rules
+    text = yaml.safe_dump([value], default_flow_style=True, default_style=style, allow_unicode=True, width=math.inf)
+    return text.rstrip("\n")[1:-1]
 
 
 def _is_block(node: Node) -> bool:
