@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 from daemon_processes import ENV, Daemon  # noqa: E402
+from frame_fakes import write_fake_model  # noqa: E402
 
 CONFIG = """\
 model: {path: model, preset: default}
@@ -41,6 +42,8 @@ themes:
 buttons: {enabled: false}
 history: {keep: 30}
 """
+UNIT_ENVIRONMENT = dict(line.split("=", 1)[1].split("=", 1) for line in (REPO / "systemd" / "slowframe-web.service")
+                        .read_text().splitlines() if line.startswith("Environment="))   # as the service runs it
 PAGES = ["/", "/history", "/themes", "/themes/0", "/settings", "/config", "/upload", "/system"]
 
 
@@ -89,7 +92,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        (root / "model").mkdir()
+        write_fake_model(root / "model")
         daemon = Daemon(root, CONFIG)
         port = free_port()
         password = "bench password"
@@ -98,7 +101,8 @@ def main() -> int:
         log = open(root / "web.log", "ab")
         web = subprocess.Popen([sys.executable, "-m", "frame.cli", "web", "--listen", f"127.0.0.1:{port}",
                                 "--socket", str(root / "run" / "control.sock"), "--state-dir", str(root / "web"),
-                                "--cache-dir", str(root / "web-cache")], env=ENV, stdout=log, stderr=log)
+                                "--cache-dir", str(root / "web-cache")], env={**ENV, **UNIT_ENVIRONMENT},
+                               stdout=log, stderr=log)
         try:
             daemon.wait_for(lambda m: "READY=1" in m, "the daemon", 60)
             deadline = time.monotonic() + 30

@@ -15,7 +15,8 @@ and leave everything else to the main loop through ``Daemon.post``:
 - ``upload`` ``{"pin"}`` with a picture's descriptor: checked like every picture the frame opens,
   kept in ``uploads/`` and shown next, pinned (no new picture replaces it) when asked;
 - ``preview``: the worker's latest preview of the picture in progress, as a descriptor;
-- ``system``: disk, the panel's size, temperature, under-voltage, uptime, the daemon's recent log lines;
+- ``pairing`` ``{"url", "code"}``: the pairing screen (frame.pairing) on the panel next;
+- ``system``: disk, temperature, under-voltage, uptime, the daemon's recent log lines;
 - ``power`` ``{"action": "reboot" | "poweroff"}``: a request file in the runtime folder, which
   systemd/slowframe-power@.path turns into ``systemctl reboot`` / ``poweroff`` as root (so no
   process of ours needs the privilege, and no polkit daemon takes the Pi's memory).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import io
 import logging
 import os
 import shutil
@@ -32,13 +34,23 @@ import stat
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import yaml
+
 from engine.atomic import write_bytes
-from frame.config import Problem, check_text
+from frame.config import ConfigError, HistorySettings, Problem, check_text
+from frame.config.prompts import SAMPLERS
+from frame.config.reader import compose
+from frame.config.settings import Config
 from frame.control import WithFile
+from frame.display.config import AUTO_PANEL, ORIENTATIONS, DisplayConfig
+from frame.display.panels import PANELS
+from frame.pairing import ADDRESS, CODE, pairing_card
 from frame.pictures import PictureError, open_picture
+from frame.themes import ORDERS
 from frame.userfiles import MAX_FILE_BYTES, UserFileError, read_user_text
 
 if TYPE_CHECKING:
@@ -55,6 +67,13 @@ HWMON = Path("/sys/class/hwmon")       # the Pi firmware's "rpi_volt" sensor fla
 UPTIME = Path("/proc/uptime")
 
 _config_lock = threading.Lock()       # two phones saving at once: one write at a time
+# what the web app's forms offer, and what the frame uses for a key the file leaves out
+CHOICES = {"sampler": list(SAMPLERS), "panel": [AUTO_PANEL, *PANELS], "orientation": list(ORIENTATIONS),
+           "order": list(ORDERS)}
+DEFAULTS = {"schedule.times": [], "schedule.quiet_hours": [], "display.panel": DisplayConfig().panel,
+            "display.orientation": DisplayConfig().orientation, "display.caption": DisplayConfig().caption,
+            "order": next(f.default for f in fields(Config) if f.name == "order"),
+            "history.keep": HistorySettings().keep}
 
 
 class RecentLog(logging.Handler):
@@ -101,14 +120,33 @@ def _current_text(path: Path) -> str | None:
 
 
 def config_text(daemon: Daemon, request: dict) -> dict:
+    """The file's text and version for the editor, and for the forms its values (``data``, or ``data_error`` when
+    it is not YAML the checker can read: a YAML bomb is refused here, never expanded), the values each setting
+    may take and what the frame uses when a key is missing."""
     path = daemon.editable_config_path()
     try:
         text = _current_text(path)
     except UserFileError as exc:
         return {"ok": False, "message": f"{path}: {exc.message}"}
+    data, data_error = None, None
+    try:
+        compose(text or "", str(path))
+        data = _plain(yaml.safe_load(text or "")) or {}
+    except ConfigError as exc:
+        data_error = str(exc.problems[0])
     return {"ok": True, "path": str(path), "exists": text is not None, "text": text or "",
             "version": text_version(text or ""), "backup": str(backup_path(path)),
-            "problems": [problem_json(p) for p in daemon.config_problems]}
+            "problems": [problem_json(p) for p in daemon.config_problems], "data": data, "data_error": data_error,
+            "choices": CHOICES, "defaults": DEFAULTS}
+
+
+def _plain(value: object) -> object:
+    """YAML values as JSON carries them: keys as text, dates and other scalars as their text."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
 
 
 def config_replace(daemon: Daemon, request: dict) -> dict:
@@ -192,21 +230,46 @@ def upload(daemon: Daemon, request: dict) -> dict:
         data = f.read(MAX_UPLOAD_BYTES + 1)
     if len(data) > MAX_UPLOAD_BYTES:
         return {"ok": False, "message": f"upload: at most {MAX_UPLOAD_BYTES:,} bytes"}
+    try:
+        path = _keep_upload(daemon, data)
+    except PictureError as exc:
+        return {"ok": False, "message": str(exc)}
+    pin = request.get("pin") is True
+    daemon.post("image", image=str(path))
+    daemon.post("pin" if pin else "unpin")
+    return {"ok": True, "message": "the picture goes on the panel next" + (", pinned" if pin else "")}
+
+
+def _keep_upload(daemon: Daemon, data: bytes) -> Path:
+    """``data`` as a file in ``uploads/`` (the newest KEEP_UPLOADS are kept), checked with the limits every picture
+    the frame opens has before the main loop sees it; PictureError when it is not a usable picture."""
     folder = daemon.state_dir / "uploads"
     folder.mkdir(exist_ok=True)
     path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}.upload"
     write_bytes(path, data)
     try:
-        open_picture(path).close()   # the limits every picture the frame opens has, before the main loop sees it
+        open_picture(path).close()
     except PictureError as exc:
         path.unlink(missing_ok=True)
-        return {"ok": False, "message": str(exc).replace(str(path), "the upload")}
+        raise PictureError(str(exc).replace(str(path), "the upload")) from None
     for old in sorted(folder.glob("*.upload"))[:-KEEP_UPLOADS]:
         old.unlink(missing_ok=True)
-    pin = request.get("pin") is True
-    daemon.post("image", image=str(path))
-    daemon.post("pin" if pin else "unpin")
-    return {"ok": True, "message": "the picture goes on the panel next" + (", pinned" if pin else "")}
+    return path
+
+
+def pairing(daemon: Daemon, request: dict) -> dict:
+    url, code = request.get("url"), request.get("code")
+    if not isinstance(url, str) or not ADDRESS.fullmatch(url) or not isinstance(code, str) or \
+            not CODE.fullmatch(code):
+        return {"ok": False, "message": "pairing: send \"url\" (http://HOST/) and \"code\" (8 letters and digits)"}
+    if daemon.display is None:
+        return {"ok": False, "message": "pairing: the panel is not working, so it cannot show a code; set the "
+                                        "password with web_password= in setup.txt instead"}
+    buffer = io.BytesIO()
+    pairing_card(url, code, daemon.display.size).save(buffer, format="PNG")
+    daemon.post("image", image=str(_keep_upload(daemon, buffer.getvalue())))
+    daemon.post("unpin")
+    return {"ok": True, "message": "the panel shows the pairing code next"}
 
 
 def preview(daemon: Daemon, request: dict) -> dict | WithFile:
@@ -224,7 +287,6 @@ def system(daemon: Daemon, request: dict) -> dict:
     return {"ok": True, "model": str(model.path) if model else None, "preset": model.preset if model else None,
             "model_found": bool(model and model.path.exists()),
             "disk": {"free": disk.free, "total": disk.total, "folder": str(daemon.state_dir)},
-            "panel_size": list(daemon.display.size) if daemon.display is not None else None,
             "temperature": _temperature(), "undervoltage": _undervoltage(), "uptime_seconds": _uptime(),
             "log": list(daemon.recent_log.lines)}
 
@@ -271,6 +333,7 @@ def power(daemon: Daemon, request: dict) -> dict:
 
 COMMANDS: dict[str, Callable[[Daemon, dict], dict | WithFile]] = {
     "config": config_text, "config_replace": config_replace, "history": history_list,
-    "history_file": history_file, "history_delete": history_delete, "upload": upload, "preview": preview,
+    "history_file": history_file, "history_delete": history_delete, "upload": upload, "pairing": pairing,
+    "preview": preview,
     "system": system, "power": power,
 }

@@ -1,8 +1,8 @@
 """Who may use the web app: the owner's password (scrypt), the pairing code the panel shows, login throttling.
 
 There is no default password. The owner sets one either with a one-time code the panel
-shows (the web app draws the code, the address and a QR code and asks the daemon to show
-it), or at first boot from ``web_password=`` in setup.txt (slowframe-firstboot runs
+shows (the web app makes the code and asks the daemon to show it with the address and a
+QR code, frame.pairing), or at first boot from ``web_password=`` in setup.txt (slowframe-firstboot runs
 ``slowframe web password``). Setting it again (a new pairing) logs every phone out.
 
 The password is kept as ``scrypt$N$r$p$salt$hash`` in ``web-password.json`` in the web
@@ -25,12 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.atomic import write_bytes
+from frame.pairing import CODE_ALPHABET, CODE_LENGTH
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2 ** 14, 8, 1
 MIN_PASSWORD = 8
 MAX_PASSWORD = 1024
-CODE_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"   # no 0/O, 1/I/L: read off a panel, typed on a phone
-CODE_LENGTH = 8                                     # ~40 bits, for 10 minutes and 5 tries
 CODE_SECONDS = 600
 CODE_TRIES = 5
 PASSWORD_FILE = "web-password.json"

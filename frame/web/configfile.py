@@ -1,13 +1,11 @@
-"""The config file as the forms see it: read through the daemon, read as data with the checker's limits, saved
-through the daemon (which checks it) with every problem made readable next to the line it is about."""
+"""The config file as the forms see it: its text and values read through the daemon (which refuses a YAML bomb
+before anything expands it), saved through the daemon (which checks it) with every problem made readable next
+to the line it is about. The web process imports none of the frame's config code: ~20 MB it need not hold."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import yaml
-
-from frame.config.reader import ConfigError, compose
 from frame.web.link import ask
 from frame.web.yamledit import EditError
 
@@ -18,6 +16,10 @@ class ConfigFile:
     text: str
     version: str
     problems: list[dict]
+    data: dict | None       # the file's values; None when they cannot be read (data_error says why)
+    data_error: str | None
+    choices: dict           # the values a setting may take, by form field
+    defaults: dict          # what the frame uses when the file leaves a key out, by dotted path
 
 
 @dataclass
@@ -31,20 +33,17 @@ def current() -> ConfigFile:
     reply = ask("config")
     if not reply.get("ok"):
         raise EditError(reply.get("message", "the daemon could not read the config"))
-    return ConfigFile(reply["path"], reply["text"], reply["version"], reply.get("problems", []))
+    return ConfigFile(reply["path"], reply["text"], reply["version"], reply.get("problems", []), reply.get("data"),
+                      reply.get("data_error"), reply.get("choices", {}), reply.get("defaults", {}))
 
 
 def as_data(config: ConfigFile) -> dict:
-    """The file's values (a mapping), checked for size and depth first: a YAML bomb in the file is refused here
-    as it is by the daemon, before anything expands it."""
-    try:
-        compose(config.text, config.path)
-    except ConfigError as exc:
-        raise EditError(f"{exc.problems[0]}; fix it in the YAML editor") from None
-    data = yaml.safe_load(config.text) if config.text.strip() else {}
-    if not isinstance(data, dict):
+    """The file's values (a mapping); EditError when a form cannot edit it."""
+    if config.data_error:
+        raise EditError(f"{config.data_error}; fix it in the YAML editor")
+    if not isinstance(config.data, dict):
         raise EditError("the config is not a mapping of keys; fix it in the YAML editor")
-    return data
+    return config.data
 
 
 def save(text: str, version: str) -> Saved:

@@ -1,4 +1,4 @@
-"""Pictures in the web app: a phone's photo checked and made ready for the panel, thumbnails, the pairing card.
+"""Pictures in the web app: a phone's photo checked and made ready for the panel, and thumbnails.
 
 A photo is checked in bytes (the request's limit) and pixels before a pixel is decoded:
 the header of a 48 KB PNG can declare 100 megapixels. JPEGs (phone photos) are decoded at
@@ -9,7 +9,6 @@ is a PNG no larger than the largest panel needs; the daemon's display fits and d
 
 from __future__ import annotations
 
-import io
 import os
 import tempfile
 import warnings
@@ -77,32 +76,3 @@ def thumbnail(file: BinaryIO, target: Path) -> None:
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     image.convert("RGB").save(tmp, format="JPEG", quality=82)
     os.replace(tmp, target)
-
-
-def pairing_card(url: str, code: str, size: tuple[int, int] = (800, 480)) -> BinaryIO:
-    """The screen the panel shows to pair a phone: the address, the code and a QR code of both, as a PNG file."""
-    import segno   # only here: the pairing card is the one QR code the frame draws
-
-    from frame.display.text import error_screen
-
-    width, height = size
-    side = min(width, height)
-    qr_side, gap = side * 11 // 20, side // 20
-    message = (f"To pair a phone with this frame, open\n{url}\non a phone on the same network and enter this "
-               "code, or scan the QR code.\n\nThe code works once, for 10 minutes.")
-    landscape = width >= height   # the QR code beside the text, or under it
-    text_size = (width - qr_side - gap, height) if landscape else (width, height - qr_side - gap)
-    screen = error_screen(message, text_size, title=f"Code: {code[:4]} {code[4:]}",
-                          footer="This screen stays until the next picture.")
-    card = Image.new("RGB", size, (255, 255, 255))
-    card.paste(screen, (0, 0))
-    buffer = io.BytesIO()
-    segno.make(f"{url.rstrip('/')}/pair?code={code}", error="m").save(buffer, kind="png", scale=1, border=2)
-    buffer.seek(0)
-    qr = Image.open(buffer).convert("RGB").resize((qr_side, qr_side), Image.NEAREST)
-    card.paste(qr, (width - qr_side - gap, (height - qr_side) // 2) if landscape else
-               ((width - qr_side) // 2, height - qr_side - gap))
-    out = tempfile.TemporaryFile()
-    card.save(out, format="PNG")
-    out.seek(0)
-    return out

@@ -32,6 +32,15 @@ def compose(text: str) -> Node | None:
         raise EditError("the config nests too deep to edit with a form; use the YAML editor") from None
 
 
+def _load(snippet: str) -> object:
+    """The value of a piece of the file (an item of a flow list) for re-writing it."""
+    try:
+        return yaml.safe_load(snippet)
+    except yaml.YAMLError:
+        raise EditError("a value here uses an alias (*name) defined elsewhere; change it in the YAML editor") \
+            from None
+
+
 def find(root: Node | None, path: Path) -> Node | None:
     """The node at ``path``, None when any step of it is missing."""
     node = root
@@ -123,7 +132,7 @@ def delete_key(text: str, path: Path) -> str:
         return text
     k, v = pairs[0]
     if parent.flow_style:
-        rest = {kk.value: yaml.safe_load(text[vv.start_mark.index:vv.end_mark.index]) for kk, vv in parent.value
+        rest = {kk.value: _load(text[vv.start_mark.index:vv.end_mark.index]) for kk, vv in parent.value
                 if kk is not k}
         return text[:parent.start_mark.index] + render(rest, 0, block=False) + text[parent.end_mark.index:]
     if len(parent.value) == 1:
@@ -161,7 +170,7 @@ def append_item(text: str, path: Path, value: object) -> str:
     if node is None or (isinstance(node, ScalarNode) and node.value in ("", "~", "null")):
         return set_value(text, path, [value])
     seq = _sequence(root, path)
-    values = yaml.safe_load(text[seq.start_mark.index:seq.end_mark.index]) if seq.flow_style else None
+    values = _load(text[seq.start_mark.index:seq.end_mark.index]) if seq.flow_style else None
     if seq.flow_style or not seq.value:
         return text[:seq.start_mark.index] + render((values or []) + [value], 0, block=False) + \
             text[seq.end_mark.index:]
@@ -178,7 +187,7 @@ def delete_item(text: str, path: Path, index: int) -> str:
     if not 0 <= index < len(seq.value):
         raise EditError(f"{_where(path)} has no item {index + 1}")
     if seq.flow_style or len(seq.value) == 1:
-        values = [yaml.safe_load(text[v.start_mark.index:_content_end(text, v)]) for v in seq.value]
+        values = [_load(text[v.start_mark.index:_content_end(text, v)]) for v in seq.value]
         del values[index]
         return text[:seq.start_mark.index] + render(values, 0, block=False) + text[_content_end(text, seq):]
     start, end = _item_lines(text, seq, index)
@@ -197,7 +206,7 @@ def move_item(text: str, path: Path, index: int, delta: int) -> str:
         return text
     first, second = sorted((index, other))
     if seq.flow_style:
-        values = [yaml.safe_load(text[v.start_mark.index:v.end_mark.index]) for v in seq.value]
+        values = [_load(text[v.start_mark.index:v.end_mark.index]) for v in seq.value]
         values[first], values[second] = values[second], values[first]
         return text[:seq.start_mark.index] + render(values, 0, block=False) + text[seq.end_mark.index:]
     a_start, a_end = _item_lines(text, seq, first)

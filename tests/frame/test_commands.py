@@ -165,3 +165,17 @@ def test_power_asks_systemd_through_a_request_file_and_nothing_else(frame):
     assert (frame.root / "run" / "reboot").exists()
     assert not ask(frame, "power", action="../../etc/x")["ok"]
     assert sorted(p.name for p in (frame.root / "run").iterdir()) == [control.SOCKET_NAME, "reboot"]
+
+
+@pytest.mark.parametrize("fields", [{"url": "http://frame.test/", "code": "abc"},
+                                    {"url": "javascript:alert(1)", "code": "ABCD2345"},
+                                    {"url": "http://frame.test/\nx", "code": "ABCD2345"}, {}])
+def test_a_pairing_screen_needs_an_address_and_a_code_of_the_right_form(frame, fields):
+    assert not ask(frame, "pairing", **fields)["ok"]
+    assert not (frame.daemon.state_dir / "uploads").exists()
+
+
+def test_the_pairing_screen_goes_on_the_panel_in_its_size(frame):
+    assert ask(frame, "pairing", url="http://frame.test/", code="ABCD2345")["ok"]
+    [card] = (frame.daemon.state_dir / "uploads").iterdir()
+    assert Image.open(card).size == frame.display.size

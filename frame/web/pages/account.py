@@ -6,8 +6,7 @@ from flask import Blueprint, current_app, flash, redirect, render_template, requ
 
 from frame.web import extensions, login, remote_address
 from frame.web.auth import CODE_SECONDS, PasswordRefused, check_new_password
-from frame.web.link import ask, ask_for_file
-from frame.web.photos import pairing_card
+from frame.web.link import ask
 
 blueprint = Blueprint("account", __name__)
 
@@ -31,10 +30,8 @@ def pair_code():
     if wait:
         return _wait_page("pair.html", wait, code="", replacing=extensions()["credentials"].is_set, shown=True)
     throttle.failed(remote_address())   # every code shown counts: the panel is not a toy for the LAN
-    size = ask("system").get("panel_size")   # the card in the panel's shape: nothing of it is cropped
     code = extensions()["pairing"].new()
-    with pairing_card(current_app.config["SLOWFRAME_URL"], code, tuple(size) if size else (800, 480)) as card:
-        reply, _ = ask_for_file("upload", send=card, pin=False)
+    reply = ask("pairing", url=current_app.config["SLOWFRAME_URL"], code=code)
     if not reply.get("ok"):
         flash(f"The frame could not show the code: {reply.get('message')}", "error")
     else:

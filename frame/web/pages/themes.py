@@ -11,7 +11,6 @@ import re
 
 from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
 
-from frame.config.prompts import SAMPLERS
 from frame.web import configfile, yamledit
 from frame.web.yamledit import EditError
 
@@ -70,7 +69,8 @@ def _edit_theme(text: str, index: int | None, fields: dict, prompts: list[str]) 
 
 
 def _problem_page(template: str, saved: configfile.Saved | None, error: str | None, status: int, **context):
-    return render_template(template, saved=saved, error=error, samplers=SAMPLERS, **context), status
+    samplers = configfile.current().choices.get("sampler", [])
+    return render_template(template, saved=saved, error=error, samplers=samplers, **context), status
 
 
 @blueprint.get("/themes")
@@ -94,7 +94,8 @@ def edit(index: int | None = None):
         abort(404)
     theme = themes[index] if index is not None else {}
     values = _form_values(theme if isinstance(theme, dict) else {})
-    return render_template("theme.html", index=index, values=values, version=config.version, samplers=SAMPLERS,
+    return render_template("theme.html", index=index, values=values, version=config.version,
+                           samplers=config.choices.get("sampler", []),
                            saved=None, error=None)
 
 
@@ -113,16 +114,22 @@ def save(index: int | None = None):
         text = _edit_theme(config.text, index, fields, prompts)
     except EditError as exc:
         return _problem_page("theme.html", None, str(exc), 409, **context)
+    return _save_form("theme.html", text, f"Saved theme {fields['name']!r}.", context)
+
+
+def _save_form(template: str, text: str, done: str, context: dict):
+    """Send the edited text to the daemon: back to the list when it is saved, else the form with the problems."""
     saved = configfile.save(text, request.form.get("version", ""))
     if not saved.ok:
-        return _problem_page("theme.html", saved, None, 400, **context)
-    flash(f"Saved theme {fields['name']!r}. {saved.message}.", "info")
+        return _problem_page(template, saved, None, 400, **context)
+    flash(f"{done} {saved.message[0].upper()}{saved.message[1:]}.", "info")
     return redirect(url_for("themes.page"))
 
 
 def _list_change(change, done: str):
     try:
         config = configfile.current()
+        configfile.as_data(config)   # a file the daemon cannot read safely is not edited by a form
         text = change(config.text)
     except EditError as exc:
         flash(str(exc), "error")
@@ -172,11 +179,7 @@ def wildcard_save(name: str | None = None):
         text = yamledit.set_value(configfile.current().text, ("wildcards", new_name), entries)
     except EditError as exc:
         return _problem_page("wildcard.html", None, str(exc), 409, **context)
-    saved = configfile.save(text, request.form.get("version", ""))
-    if not saved.ok:
-        return _problem_page("wildcard.html", saved, None, 400, **context)
-    flash(f"Saved the list {new_name!r}.", "info")
-    return redirect(url_for("themes.page"))
+    return _save_form("wildcard.html", text, f"Saved the list {new_name!r}.", context)
 
 
 @blueprint.post("/wildcards/<name>/delete")

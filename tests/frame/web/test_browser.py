@@ -37,12 +37,14 @@ PHOTOS = Path(__file__).resolve().parents[2] / "data" / "photos"
 
 
 def config(model: Path) -> str:
+    """Two themes of 12 steps (~40 s each on the tiny model), so a job is in progress when the test looks."""
     return f"""\
 model: {{path: {model}, preset: default}}
 display: {{backend: file, panel: spectra6-4.0, output: panel, min_interval: 0}}
+defaults: {{steps: 12, size: 256x256, guidance: 5}}
 themes:
-  - {{name: boats, prompt: "a {{red|blue}} boat", steps: 12, size: 256x256, guidance: 5}}
-  - {{name: hills, prompt: "green hills", steps: 12, size: 256x256, guidance: 5}}
+  - {{name: boats, prompt: "a {{red|blue}} boat"}}
+  - {{name: hills, prompt: "green hills"}}
 order: sequential
 buttons: {{enabled: false}}
 """
@@ -183,7 +185,7 @@ def test_pair_sign_in_edit_skip_and_upload_from_a_phone(frame):
     browser.open("/themes/0")
     browser.fill("steps", "many")
     browser.click("Save")
-    assert re.search(r"line 4, column \d+: .*steps", browser.text), browser.text
+    assert re.search(r"line 5, column \d+: .*steps", browser.text), browser.text
     browser.shot("05-theme-error")
     browser.fill("steps", "30")
     browser.click("Save")
