@@ -26,6 +26,7 @@ def _checked(entry_id: str) -> str:
 def page():
     reply = ask("history")
     entries = list(reversed(reply.get("entries", [])))
+    _forget_thumbnails({e.get("id") for e in entries})
     try:
         number = max(1, int(request.args.get("page", "1")))
     except ValueError:
@@ -35,6 +36,15 @@ def page():
     shown = entries[(number - 1) * PER_PAGE:number * PER_PAGE]
     return render_template("history.html", entries=shown, total=len(entries), page=number, pages=pages,
                            on_panel=reply.get("shown"))
+
+
+def _forget_thumbnails(kept: set) -> None:
+    """Remove the thumbnails of pictures the history no longer has (pruned by the daemon, deleted on the card)."""
+    folder = current_app.config["SLOWFRAME_CACHE"] / "thumbs"
+    if folder.is_dir():
+        for thumb in folder.glob("*.jpg"):
+            if thumb.stem not in kept:
+                thumb.unlink(missing_ok=True)
 
 
 @blueprint.get("/history/<entry_id>/thumb.jpg")

@@ -206,6 +206,10 @@ def test_history_files_are_reached_by_their_names_only(web):
     assert web.frame.ask("history")["entries"]   # nothing above deleted it
     assert web.client.post(f"/history/{ENTRY}/delete", data={"csrf_token": token}).status_code == 302
     assert web.frame.ask("history")["entries"] == []
+    stale = web.frame.root / "web-cache" / "thumbs" / "20250101-000000-gone.jpg"   # a picture pruned meanwhile
+    stale.write_bytes(thumb.data)
+    web.client.get("/history")
+    assert list((web.frame.root / "web-cache" / "thumbs").iterdir()) == []
 
 
 def png_bytes(size: tuple[int, int], colour=(0, 0, 255)) -> bytes:
