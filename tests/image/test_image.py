@@ -222,6 +222,9 @@ def test_partitions_labels_and_mounts_agree():
     mounts = fstab()
     assert mounts["/"][:2] == (f"LABEL={root_label}", "ext4")
     assert mounts["/boot/firmware"][:2] == (f"LABEL={boot_label}", "vfat")
+    # the daemon (group slowframe) saves the web app's config edits beside the boot files
+    options = mounts[str(SEARCH_PATH[0].parent)][2].split(",")
+    assert "gid=$gid" in options and "fmask=0113" in options and "dmask=0002" in options
     assert re.search(r"mkfs.exfat -L (\w+)", BUILD)[1] == mounts[str(DEFAULT_MODEL_PATH.parent)][0][6:]
     assert mounts[str(DEFAULT_MODEL_PATH.parent)][1] == "exfat"            # where slowframe looks for models
     assert "nofail" in mounts[str(DEFAULT_MODEL_PATH.parent)][2]           # a frame boots without it
