@@ -70,7 +70,7 @@ class AlreadyRunning(Exception):
 class Action:
     """Something a person asked for: a button action or a control command."""
 
-    name: str            # skip, regenerate, previous, next, latest, status, reload, image, entry, pin, unpin
+    name: str            # skip, regenerate, previous, next, latest, status, reload, image, entry, again, pin, unpin
     source: str          # "button C (press)", "control socket"
     image: str | None = None
     entry: str | None = None
@@ -463,6 +463,12 @@ class Daemon:
         if command == "unpin":
             self.post("unpin")
             return {"ok": True, "message": "unpinned: the next picture replaces this one"}
+        if command == "again":   # a new picture of a history picture's theme, made next
+            entry = request.get("id")
+            if not isinstance(entry, str) or self.history is None or self.history.get(entry) is None:
+                return {"ok": False, "message": f"again: no picture {entry!r} in the history"}
+            self.post("again", entry=entry)
+            return {"ok": True, "message": "a new picture of its theme is made next"}
         if command == "status":
             return {"ok": True, **self.snapshot}
         if command in ("skip", "regenerate", "reload"):
@@ -485,7 +491,7 @@ class Daemon:
                 return {"ok": True, "message": f"show {which}: queued"}
             return {"ok": False, "message": f"show what? use one of {', '.join(BROWSE)} or an image path"}
         return {"ok": False, "message": f"unknown command {command!r}; use status, skip, regenerate, show, reload, "
-                                        f"unpin, {', '.join(commands.COMMANDS)}"}
+                                        f"unpin, again, {', '.join(commands.COMMANDS)}"}
 
     def post(self, name: str, image: str | None = None, entry: str | None = None) -> None:
         """Queue an action for the main loop (any thread)."""
@@ -500,7 +506,7 @@ class Daemon:
         log.info("%s: %s", action.source, action.name)
         if action.name == "none":
             return
-        if action.name in ("skip", "regenerate", "entry", "status", "unpin") or action.name in BROWSE:
+        if action.name in ("skip", "regenerate", "again", "entry", "status", "unpin") or action.name in BROWSE:
             self.pinned = False   # a person asked for something else than the pinned picture
         if action.name == "reload":
             self.reload()
@@ -516,10 +522,10 @@ class Daemon:
         elif action.name == "skip":
             self._abandon("skipped")
         elif action.name == "regenerate":
-            theme = self._theme_on_panel()
-            self._abandon("replaced by a new picture of the same theme")
-            if theme is not None and self.config is not None:
-                self._new_job(theme, requested=True)
+            self._remake(self._theme_on_panel())
+        elif action.name == "again":
+            entry = self.history.get(action.entry) if self.history is not None else None
+            self._remake(self._theme_named(entry.theme) if entry is not None else None)
         elif action.name in BROWSE:
             self._browse(action.name)
         elif action.name == "status":
@@ -531,11 +537,20 @@ class Daemon:
         if self.config is None:
             return None
         entry = self.history.get(self.shown_id) if self.shown_id and self.history else None
-        name = entry.theme if entry is not None else (self.current.job.theme if self.current else None)
-        theme = self.config.theme(name) if name else None
+        return self._theme_named(entry.theme if entry is not None else
+                                 (self.current.job.theme if self.current else None))
+
+    def _theme_named(self, name: str | None) -> Theme | None:
+        theme = self.config.theme(name) if name and self.config is not None else None
         if theme is None:
-            log.info("regenerate: theme %r is no longer in the config; making the next theme instead", name)
+            log.info("theme %r is no longer in the config; making the next theme instead", name)
         return theme
+
+    def _remake(self, theme: Theme | None) -> None:
+        """Drop the job in progress for a new picture of ``theme`` (requested: shown as soon as it is ready)."""
+        self._abandon("replaced by a new picture of the same theme")
+        if theme is not None and self.config is not None:
+            self._new_job(theme, requested=True)
 
     def _abandon(self, why: str) -> None:
         """Drop the current job; a finished but unshown picture still goes into the history."""

@@ -179,3 +179,14 @@ def test_the_pairing_screen_goes_on_the_panel_in_its_size(frame):
     assert ask(frame, "pairing", url="http://frame.test/", code="ABCD2345")["ok"]
     [card] = (frame.daemon.state_dir / "uploads").iterdir()
     assert Image.open(card).size == frame.display.size
+
+
+def test_make_again_starts_a_new_picture_of_the_entrys_theme_at_once(frame):
+    finish_one(frame)
+    [entry] = ask(frame, "history")["entries"]
+    assert frame.daemon.current.job.theme == "hills"   # the next theme was begun
+    assert ask(frame, "again", id=entry["id"])["ok"]
+    frame.step()
+    job = frame.daemon.current.job
+    assert job.theme == "sea" and job.requested and job.id != entry["id"]
+    assert not ask(frame, "again", id="../x")["ok"]

@@ -1,4 +1,5 @@
-"""The History page: thumbnails with prompt and seed; show one on the panel, delete it, download its PNG."""
+"""The History page: thumbnails with prompt and seed; show one on the panel, make its theme again, delete it,
+download its PNG (its parameters inside)."""
 
 from __future__ import annotations
 
@@ -72,9 +73,10 @@ def download(entry_id: str):
                      download_name=reply.get("name", f"{entry_id}.png"))
 
 
-@blueprint.post("/history/<entry_id>/show")
-def show(entry_id: str):
-    reply = ask("show", id=_checked(entry_id))
+@blueprint.post("/history/<entry_id>/<any(show, again):what>")
+def show(entry_id: str, what: str):
+    """Show the picture on the panel, or make a new picture of its theme."""
+    reply = ask(what, id=_checked(entry_id))
     flash(reply.get("message", ""), "info" if reply.get("ok") else "error")
     return redirect(url_for("history.page"))
 

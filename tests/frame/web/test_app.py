@@ -16,7 +16,7 @@ from socket_frames import CONFIG
 from web_clients import PASSWORD, WebFrame
 
 ENTRY = "20250301-060000-sea"   # the name the first finished picture gets in these tests
-ARGS = {"entry_id": ENTRY, "index": 0, "name": "time", "change": "up", "action": "reboot"}
+ARGS = {"entry_id": ENTRY, "index": 0, "name": "time", "change": "up", "action": "reboot", "what": "show"}
 OPEN = {"/pair", "/pair/code", "/login", "/static/<path:filename>"}
 
 
@@ -204,6 +204,9 @@ def test_history_files_are_reached_by_their_names_only(web):
         assert web.client.get(f"/history/{bad}/thumb.jpg").status_code == 404, bad
         assert web.client.post(f"/history/{bad}/delete", data={"csrf_token": token}).status_code in (302, 404)
     assert web.frame.ask("history")["entries"]   # nothing above deleted it
+    assert web.client.post(f"/history/{ENTRY}/again", data={"csrf_token": token}).status_code == 302
+    web.frame.step()
+    assert web.frame.daemon.current.job.theme == "sea" and web.frame.daemon.current.job.requested
     assert web.client.post(f"/history/{ENTRY}/delete", data={"csrf_token": token}).status_code == 302
     assert web.frame.ask("history")["entries"] == []
     stale = web.frame.root / "web-cache" / "thumbs" / "20250101-000000-gone.jpg"   # a picture pruned meanwhile
