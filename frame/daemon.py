@@ -43,6 +43,7 @@ import datetime as dt
 import fcntl
 import json
 import logging
+import os
 import random
 import queue
 import signal
@@ -52,6 +53,7 @@ from pathlib import Path
 
 
 from engine.atomic import write_bytes
+from frame import commands
 from frame.buttons import ButtonEvent, Buttons, ButtonsUnavailable
 from frame.config import (Config, ConfigError, Problem, ScheduleSettings, Theme, default_config, find_config,
                           load_config)
@@ -93,9 +95,11 @@ class AlreadyRunning(Exception):
 class Action:
     """Something a person asked for: a button action or a control command."""
 
-    name: str            # skip, regenerate, previous, next, latest, status, shutdown, reboot, reload, image
+    name: str            # skip, regenerate, previous, next, latest, status, shutdown, reboot, reload, image, entry,
+                         # again, pin, unpin
     source: str          # "button C (press)", "control socket"
     image: str | None = None
+    entry: str | None = None
 
 
 class Daemon:
@@ -167,6 +171,8 @@ class Daemon:
         self.shown_id: str | None = state.get("shown") if isinstance(state.get("shown"), str) else None
         self.cursor: str | None = state.get("cursor") if isinstance(state.get("cursor"), str) else None
         self._picker_state = state.get("picker") if isinstance(state.get("picker"), dict) else {}
+        self.pinned = state.get("pinned") is True   # what is on the panel stays: new pictures wait
+        self.recent_log = commands.RecentLog()
 
     # ---------------------------------------------------------------- life cycle
 
@@ -211,6 +217,7 @@ class Daemon:
             state = "finished, waiting to be shown" if saved.finished else "resuming from its checkpoints"
             log.info("found the unfinished job %s (%s: %r, seed %d): %s", saved.job.id, saved.job.theme,
                      saved.job.prompt, saved.job.seed, state, extra=_fields(saved.job))
+        logging.getLogger("slowframe").addHandler(self.recent_log)
         if control and self.runtime_dir is not None:
             try:
                 self._control = ControlServer(self.runtime_dir / SOCKET_NAME, self.handle_request).start()
@@ -240,6 +247,7 @@ class Daemon:
         if self.display is not None:
             self.display.close()
         self._save_state()
+        logging.getLogger("slowframe").removeHandler(self.recent_log)
         if self._lock is not None:
             self._lock.close()
 
@@ -481,18 +489,40 @@ class Daemon:
 
     # ---------------------------------------------------------------- actions
 
-    def handle_request(self, request: dict) -> dict:
-        """A control-socket request (runs on the socket's thread: only reads the snapshot or queues)."""
+    def handle_request(self, request: dict) -> dict | commands.WithFile:
+        """A control-socket request (runs on the socket's thread: only reads the snapshot or queues; the
+        commands of frame.commands touch only files the main loop leaves alone)."""
         command = request["command"]
+        fd = request.pop("_fd", None)
+        if command == "upload":
+            request["_fd"] = fd
+        elif fd is not None:
+            os.close(fd)   # a descriptor no other command takes
+        if command in commands.COMMANDS:
+            return commands.COMMANDS[command](self, request)
+        if command == "unpin":
+            self.post("unpin")
+            return {"ok": True, "message": "unpinned: the next picture replaces this one"}
+        if command == "again":   # a new picture of a history picture's theme, made next
+            entry = request.get("id")
+            if not isinstance(entry, str) or self.history is None or self.history.get(entry) is None:
+                return {"ok": False, "message": f"again: no picture {entry!r} in the history"}
+            self.post("again", entry=entry)
+            return {"ok": True, "message": "a new picture of its theme is made next"}
         if command == "status":
             return {"ok": True, **self.snapshot}
         if command in ("skip", "regenerate", "reload"):
             self.events.put(Action(command, "control socket"))
             return {"ok": True, "message": f"{command}: queued"}
         if command == "show":
-            which, image = request.get("which"), request.get("image")
+            which, image, entry = request.get("which"), request.get("image"), request.get("id")
             if image is not None and not isinstance(image, str):
                 return {"ok": False, "message": "show: \"image\" must be the path of a picture file"}
+            if entry is not None:
+                if not isinstance(entry, str) or self.history is None or self.history.get(entry) is None:
+                    return {"ok": False, "message": f"show: no picture {entry!r} in the history"}
+                self.post("entry", entry=entry)
+                return {"ok": True, "message": f"showing {entry} next"}
             if image is not None:
                 self.events.put(Action("image", "control socket", image=str(image)))
                 return {"ok": True, "message": f"showing {image} next"}
@@ -500,21 +530,42 @@ class Daemon:
                 self.events.put(Action(which, "control socket"))
                 return {"ok": True, "message": f"show {which}: queued"}
             return {"ok": False, "message": f"show what? use one of {', '.join(BROWSE)} or an image path"}
-        return {"ok": False, "message": f"unknown command {command!r}; use status, skip, regenerate, show, reload"}
+        return {"ok": False, "message": f"unknown command {command!r}; use status, skip, regenerate, show, reload, "
+                                        f"unpin, again, {', '.join(commands.COMMANDS)}"}
+
+    def post(self, name: str, image: str | None = None, entry: str | None = None) -> None:
+        """Queue an action for the main loop (any thread)."""
+        self.events.put(Action(name, "control socket", image=image, entry=entry))
+
+    def editable_config_path(self) -> Path:
+        """The config file in use, or where a first one goes: ``--config``, else the first file of SEARCH_PATH
+        that exists, else the first place there (the SD card's boot partition)."""
+        return self.config_path or find_config(None) or SEARCH_PATH[0]
 
     def _act(self, action: Action) -> None:
         log.info("%s: %s", action.source, action.name)
         if action.name == "none":
             return
+        if action.name in ("skip", "regenerate", "again", "entry", "status", "unpin") or action.name in BROWSE:
+            self.pinned = False   # a person asked for something else than the pinned picture
         if action.name == "reload":
             self.reload()
+        elif action.name == "pin":
+            self.pinned = True
+            self._save_state()
+        elif action.name == "unpin":
+            self._save_state()
+        elif action.name == "entry":
+            self.cursor = action.entry
+            self._wanted = ("entry", action.entry)
+            self._save_state()
         elif action.name == "skip":
             self._abandon("skipped")
         elif action.name == "regenerate":
-            theme = self._theme_on_panel()
-            self._abandon("replaced by a new picture of the same theme")
-            if theme is not None and self.config is not None:
-                self._new_job(theme, requested=True)
+            self._remake(self._theme_on_panel())
+        elif action.name == "again":
+            entry = self.history.get(action.entry) if self.history is not None else None
+            self._remake(self._theme_named(entry.theme) if entry is not None else None)
         elif action.name in BROWSE:
             self._browse(action.name)
         elif action.name == "status":
@@ -550,11 +601,20 @@ class Daemon:
         if self.config is None:
             return None
         entry = self.history.get(self.shown_id) if self.shown_id and self.history else None
-        name = entry.theme if entry is not None else (self.current.job.theme if self.current else None)
-        theme = self.config.theme(name) if name else None
+        return self._theme_named(entry.theme if entry is not None else
+                                 (self.current.job.theme if self.current else None))
+
+    def _theme_named(self, name: str | None) -> Theme | None:
+        theme = self.config.theme(name) if name and self.config is not None else None
         if theme is None:
-            log.info("regenerate: theme %r is no longer in the config; making the next theme instead", name)
+            log.info("theme %r is no longer in the config; making the next theme instead", name)
         return theme
+
+    def _remake(self, theme: Theme | None) -> None:
+        """Drop the job in progress for a new picture of ``theme`` (requested: shown as soon as it is ready)."""
+        self._abandon("replaced by a new picture of the same theme")
+        if theme is not None and self.config is not None:
+            self._new_job(theme, requested=True)
 
     def _abandon(self, why: str) -> None:
         """Drop the current job; a finished but unshown picture still goes into the history."""
@@ -799,7 +859,7 @@ class Daemon:
         ready = _parse_time(state.finished) or now
         due = quiet_until(self.config.schedule, ready) if state.job.requested else \
             due_at(self.config.schedule, ready, self.last_new)
-        if now < due or self.display is None or self.display.seconds_until_ready() > 0:
+        if now < due or self.pinned or self.display is None or self.display.seconds_until_ready() > 0:
             return
         try:
             image = open_picture(self.jobs.result_path)
@@ -1015,7 +1075,7 @@ class Daemon:
         now = self.clock.now()
         out: dict = {"config": str(self.config.source) if self.config and self.config.source else None,
                      "config_errors": [str(p) for p in self.config_problems if p.severity == "error"],
-                     "last_error": self.last_error, "shown": self.shown_id, "job": None}
+                     "last_error": self.last_error, "shown": self.shown_id, "pinned": self.pinned, "job": None}
         entries = self.history.entries() if self.history is not None else []
         if entries:
             last = entries[-1]
@@ -1031,7 +1091,8 @@ class Daemon:
                 due = quiet_until(self._schedule(), ready) if job.requested else \
                     due_at(self._schedule(), ready, self.last_new)
                 info.update(state="ready", due=_iso(due))
-                message = f"{job.theme}: ready, shown {describe_wait(due, now) if due > now else 'now'}"
+                message = f"{job.theme}: ready, " + ("waiting while the panel is pinned" if self.pinned else
+                                                     f"shown {describe_wait(due, now) if due > now else 'now'}")
             else:
                 step = self.progress.step if self.progress else 0
                 per_step = (self.progress.seconds_per_step if self.progress else None) or \
@@ -1107,7 +1168,8 @@ class Daemon:
 
     def _save_state(self) -> None:
         state = {"last_new": _iso(self.last_new) if self.last_new else None, "shown": self.shown_id,
-                 "cursor": self.cursor, "picker": self.picker.state if self.picker else self._picker_state}
+                 "cursor": self.cursor, "picker": self.picker.state if self.picker else self._picker_state,
+                 "pinned": self.pinned}
         write_bytes(self._state_path, (json.dumps(state, indent=2) + "\n").encode())
 
 

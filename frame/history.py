@@ -135,6 +135,17 @@ class History:
     def get(self, entry_id: str) -> Entry | None:
         return next((e for e in self.entries() if e.id == entry_id), None)
 
+    def delete(self, entry_id: str) -> bool:
+        """Remove the picture ``entry_id`` (its JSON first, as prune does); False when there is none."""
+        entry = self.get(entry_id)
+        if entry is None:
+            return False
+        entry.sidecar.unlink(missing_ok=True)
+        entry.image.unlink(missing_ok=True)
+        self._cache = None
+        log.info("history: deleted %s", entry_id)
+        return True
+
     def recent_prompts(self, n: int) -> list[str]:
         """The prompts of the last ``n`` pictures, oldest first."""
         return [e.prompt for e in self.entries()[-n:]] if n > 0 else []

@@ -16,10 +16,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engine models", ("engine.sdxl", "engine.convert", "engine.quantize")),
     ("frame parts", ("frame", "frame.paths", "frame.userfiles", "frame.pictures", "frame.display", "frame.themes",
                      "frame.history", "frame.jobs", "frame.notify", "frame.control", "frame.loratags",
-                     "frame.power", "frame.models")),
+                     "frame.power", "frame.models", "frame.pairing")),
     ("frame config", ("frame.config",)),
     ("frame services", ("frame.buttons", "frame.scheduler", "frame.worker")),
-    ("frame daemon", ("frame.daemon",)),
+    ("frame daemon", ("frame.daemon", "frame.commands")),
+    ("web app", ("frame.web",)),   # reaches the daemon through frame.control only, never frame.daemon
     ("command line", ("frame.cli",)),
 ]
 PLACED_EXACTLY = {"frame"}  # the bare package "frame" holds nothing; its children need their own entry

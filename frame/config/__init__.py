@@ -30,7 +30,7 @@ from frame.paths import SEARCH_PATH
 
 __all__ = [
     "ButtonSettings", "ButtonSpec", "Config", "ConfigError", "HistorySettings",
-    "ModelSettings", "Problem", "QuietHours", "ScheduleSettings", "Theme", "check_config", "default_config",
+    "ModelSettings", "Problem", "QuietHours", "ScheduleSettings", "Theme", "check_config", "check_text", "default_config",
     "find_config", "load_config",
 ]
 
@@ -58,5 +58,14 @@ def check_config(path: str | Path) -> list[Problem]:
     """Every problem in ``path`` (errors and warnings) without raising: ``load_config``'s, as the daemon sees them."""
     try:
         return list(load_config(path).warnings)
+    except ConfigError as exc:
+        return exc.problems
+
+
+def check_text(text: str, path: str | Path) -> list[Problem]:
+    """Every problem ``text`` would have as the contents of ``path`` (an edit not saved yet): ``check_config``'s."""
+    path = Path(path)
+    try:
+        return list(read_document(text, str(path), path.resolve().parent, source=path).warnings)
     except ConfigError as exc:
         return exc.problems

@@ -14,12 +14,14 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from frame.paths import DEFAULT_MODEL_PATH, SEARCH_PATH
+from frame.web.auth import PASSWORD_FILE, Credentials
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = REPO / "image"
@@ -113,7 +115,7 @@ def test_scripts_pass_shellcheck(script):
 # ------------------------------------------------------------------ first boot
 
 
-def firstboot(tmp_path: Path, settings: str) -> tuple[Path, str]:
+def firstboot(tmp_path: Path, settings: str, **environment: str) -> tuple[Path, str]:
     root = tmp_path / "root"
     for folder in ("etc/ssh", "usr/share/zoneinfo/Europe", "boot/firmware"):
         (root / folder).mkdir(parents=True, exist_ok=True)
@@ -122,7 +124,7 @@ def firstboot(tmp_path: Path, settings: str) -> tuple[Path, str]:
         (root / "etc/hosts").write_text("127.0.0.1\tlocalhost\n127.0.1.1\tslowframe\n")
     setup = root / "boot/firmware/setup.txt"
     setup.write_bytes(settings.encode())
-    env = {**os.environ, "SLOWFRAME_ROOT": str(root), "SLOWFRAME_SETTINGS": str(setup)}
+    env = {**os.environ, "SLOWFRAME_ROOT": str(root), "SLOWFRAME_SETTINGS": str(setup), **environment}
     out = subprocess.run(["sh", FILES / "slowframe-firstboot", "settings"], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return root, out.stdout + out.stderr
@@ -160,6 +162,17 @@ def test_settings_twice_keep_one_ssh_key(tmp_path):
     root, _ = firstboot(tmp_path, SETTINGS)
     assert (root / "root/.ssh/authorized_keys").read_text().count("me@laptop") == 1
     assert (root / "etc/hosts").read_text().count("127.0.1.1") == 1
+
+
+def test_the_web_password_is_set_hashed_and_removed_from_the_card(tmp_path):
+    command = tmp_path / "slowframe"
+    command.write_text(f"#!/bin/sh\ncd {REPO} && exec {sys.executable} -m frame.cli \"$@\"\n")
+    command.chmod(0o755)
+    root, _ = firstboot(tmp_path, "web_password=a long web secret\n", SLOWFRAME_COMMAND=str(command))
+    assert Credentials(root / "var/lib/slowframe-web").verify("a long web secret")
+    assert "a long web secret" not in (root / "var/lib/slowframe-web" / PASSWORD_FILE).read_text()
+    applied = (root / "boot/firmware/setup-applied.txt").read_text()
+    assert "web_password=(applied, removed from this file)" in applied and "secret" not in applied
 
 
 def test_bad_settings_are_reported_and_skipped(tmp_path):
@@ -209,6 +222,9 @@ def test_partitions_labels_and_mounts_agree():
     mounts = fstab()
     assert mounts["/"][:2] == (f"LABEL={root_label}", "ext4")
     assert mounts["/boot/firmware"][:2] == (f"LABEL={boot_label}", "vfat")
+    # the daemon (group slowframe) saves the web app's config edits beside the boot files
+    options = mounts[str(SEARCH_PATH[0].parent)][2].split(",")
+    assert "gid=$gid" in options and "fmask=0113" in options and "dmask=0002" in options
     assert re.search(r"mkfs.exfat -L (\w+)", BUILD)[1] == mounts[str(DEFAULT_MODEL_PATH.parent)][0][6:]
     assert mounts[str(DEFAULT_MODEL_PATH.parent)][1] == "exfat"            # where slowframe looks for models
     assert "nofail" in mounts[str(DEFAULT_MODEL_PATH.parent)][2]           # a frame boots without it
@@ -264,7 +280,8 @@ def wheels() -> set[str]:
 
 DEBIAN_NAMES = {"numpy": "python3-numpy", "pillow": "python3-pil", "pyyaml": "python3-yaml",
                 "cffi": "python3-cffi-backend", "systemd-python": "python3-systemd",
-                "spidev": "python3-spidev", "smbus2": "python3-smbus2", "gpiod": "python3-libgpiod"}
+                "spidev": "python3-spidev", "smbus2": "python3-smbus2", "gpiod": "python3-libgpiod",
+                "flask": "python3-flask", "waitress": "python3-waitress", "segno": "python3-segno"}
 
 
 def test_every_runtime_dependency_is_in_the_image():
@@ -280,10 +297,18 @@ def test_every_runtime_dependency_is_in_the_image():
 
 
 def test_service_files_are_installed_and_enabled():
-    for name in ("slowframe.service", "slowframe-devices.service", "slowframe.sysusers", "60-slowframe.rules"):
+    for name in ("slowframe.service", "slowframe-devices.service", "slowframe.sysusers", "60-slowframe.rules",
+                 "slowframe-web.socket", "slowframe-web.service", "slowframe-power@.path",
+                 "slowframe-power@.service"):
         assert f"$REPO/systemd/{name}" in BUILD
-    enabled = re.search(r"systemctl enable ([^\n]*(?:\\\n[^\n]*)*)", BUILD)[1]
+    enabled = re.search(r"systemctl enable ((?:[^\n]*\\\n)*[^\n]*)", BUILD)[1]   # with its continued lines
     assert "slowframe.service" in enabled and "slowframe-firstboot.service" in enabled
+    # the web app on port 80, found as slowframe.local, and the frame's two power requests
+    for unit in ("slowframe-web.socket", "avahi-daemon.service", "slowframe-power@reboot.path",
+                 "slowframe-power@poweroff.path"):
+        assert unit in enabled
+    assert {"avahi-daemon", "libnss-mdns"} <= packages()
+    assert re.search(r'echo slowframe > "\$ROOT/etc/hostname"', BUILD)   # avahi announces HOSTNAME.local
     assert 'echo uninitialized > "$ROOT/etc/machine-id"' in BUILD   # systemd's first boot makes the id
     assert 'rm -f "$ROOT"/etc/ssh/ssh_host_*' in BUILD                 # every card gets its own keys
 

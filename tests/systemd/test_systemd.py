@@ -73,10 +73,11 @@ def unit() -> dict[str, list[str]]:
 
 
 @needs_analyze
-def test_security_exposure_is_at_most_2():
-    out = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", str(UNIT)],
+@pytest.mark.parametrize("service", [UNIT, SYSTEMD / "slowframe-web.service"], ids=lambda path: path.name)
+def test_security_exposure_is_at_most_2(service):
+    out = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", str(service)],
                          capture_output=True, text=True, check=False)
-    match = re.search(r"Overall exposure level for slowframe\.service: ([0-9.]+)", out.stdout)
+    match = re.search(rf"Overall exposure level for {re.escape(service.name)}: ([0-9.]+)", out.stdout)
     assert match, out.stdout + out.stderr
     assert float(match[1]) <= MAX_EXPOSURE, out.stdout
 

@@ -1,0 +1,1 @@
+"""The web app's pages, one blueprint per page (see frame.web)."""
