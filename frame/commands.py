@@ -17,9 +17,8 @@ and leave everything else to the main loop through ``Daemon.post``:
 - ``preview``: the worker's latest preview of the picture in progress, as a descriptor;
 - ``pairing`` ``{"url", "code"}``: the pairing screen (frame.pairing) on the panel next;
 - ``system``: disk, temperature, under-voltage, uptime, the daemon's recent log lines;
-- ``power`` ``{"action": "reboot" | "poweroff"}``: a request file in the runtime folder, which
-  systemd/slowframe-power@.path turns into ``systemctl reboot`` / ``poweroff`` as root (so no
-  process of ours needs the privilege, and no polkit daemon takes the Pi's memory).
+- ``power`` ``{"action": "reboot" | "poweroff"}``: queued as the buttons' ``reboot`` / ``shutdown``
+  action (frame.power: a request file that systemd acts on as root).
 """
 
 from __future__ import annotations
@@ -325,8 +324,8 @@ def power(daemon: Daemon, request: dict) -> dict:
         return {"ok": False, "message": f"power: \"action\" must be one of {', '.join(POWER_ACTIONS)}"}
     if daemon.runtime_dir is None:
         return {"ok": False, "message": "power: this daemon has no runtime folder to ask systemd through"}
-    write_bytes(daemon.runtime_dir / action, b"")
     log.warning("power: %s asked for from the control socket", action)
+    daemon.post("shutdown" if action == "poweroff" else "reboot")   # as the buttons do: a screen first, then frame.power
     return {"ok": True, "message": "the frame restarts now" if action == "reboot" else "the frame switches off now; "
             "wait a minute before unplugging it"}
 

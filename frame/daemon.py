@@ -128,7 +128,7 @@ class Daemon:
         self.display_factory = display_factory
         self.buttons_factory = buttons_factory
         self.notifier = notifier or Notifier()
-        self.power = power or SystemPower()
+        self.power = power     # None: SystemPower in the runtime folder, as it is when the action comes
         self.jobs = JobStore(self.state_dir)
         self.drop_ins = DropIns(Path(models_dir) if models_dir is not None else None)
         self.importing: dict | None = None  # the single-file model being imported: source, dest, done, total
@@ -590,7 +590,7 @@ class Daemon:
                 self._save_state()
         self.notifier.status("shutting down" if action == "shutdown" else "restarting")
         try:
-            self.power.switch(action)
+            (self.power or SystemPower(self.runtime_dir)).switch(action)
         except PowerError as exc:
             log.error("%s: %s", action, exc)
             self.last_error = f"{action} failed: {exc}"

@@ -1,42 +1,43 @@
-"""Switching the frame off and restarting it (the ``shutdown`` and ``reboot`` actions): logind, through systemctl.
+"""Switching the frame off and restarting it (the ``shutdown`` and ``reboot`` actions): a request file that systemd acts on.
 
-The daemon runs as the ``slowframe`` service user. ``systemctl poweroff`` (or ``reboot``) from a
-user that is not root asks systemd-logind over D-Bus, and logind asks polkit; the image installs
-systemd/60-slowframe-power.rules in /etc/polkit-1/rules.d/, which lets user slowframe power off and
-reboot (also while someone is logged in over ssh) and nothing else. The service unit's sandbox
-allows it: the system bus is an AF_UNIX socket, and nothing on disk is written. systemd then stops
-the service first, so the job is checkpointed as on any stop and resumes at the next start.
+The daemon runs as the unprivileged ``slowframe`` user. To switch the frame off it makes the file
+``poweroff`` (or ``reboot``) in its runtime folder, /run/slowframe, which only its user can write;
+systemd/slowframe-power@.path sees it and starts slowframe-power@.service, which removes the file
+and runs ``systemctl --no-block poweroff|reboot`` as root. So no polkit daemon (~8 MB) sits in a
+512 MB Pi's memory and no process of ours holds a privilege. systemd then stops the service first,
+so the job is checkpointed as on any stop and resumes at the next start.
 
-Elsewhere (``slowframe run`` on a PC) polkit decides as for any user; a refusal is a PowerError
-whose message says what systemctl said.
+Buttons and the web app (through the control socket) take this one way alike.
 """
 
 from __future__ import annotations
 
-import subprocess
+from pathlib import Path
 
-SYSTEMCTL_VERBS = {"shutdown": "poweroff", "reboot": "reboot"}
+from engine.atomic import write_bytes
+
+REQUEST_FILES = {"shutdown": "poweroff", "reboot": "reboot"}
 
 
 class PowerError(Exception):
-    """The system would not shut down or restart (the message says why)."""
+    """The frame cannot ask to be shut down or restarted (the message says why)."""
 
 
 class SystemPower:
-    """``switch("shutdown" | "reboot")`` through ``systemctl``; PowerError when it is refused."""
+    """``switch("shutdown" | "reboot")``: the request file in ``runtime_dir``; PowerError when it cannot be made."""
 
-    def __init__(self, systemctl: str = "systemctl", timeout: float = 30.0):
-        self.systemctl = systemctl
-        self.timeout = timeout
+    def __init__(self, runtime_dir: Path | None):
+        self.runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
 
-    def switch(self, action: str) -> None:
-        verb = SYSTEMCTL_VERBS[action]
-        command = [self.systemctl, "--no-ask-password", verb]
+    def switch(self, action: str) -> Path:
+        if action not in REQUEST_FILES:
+            raise PowerError(f"no such power action '{action}'; choose one of: {', '.join(REQUEST_FILES)}")
+        if self.runtime_dir is None:
+            raise PowerError("this daemon has no runtime folder (the service's /run/slowframe) to ask systemd "
+                             "through; on a PC, shut down as you usually do")
+        path = self.runtime_dir / REQUEST_FILES[action]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=self.timeout,
-                                  stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise PowerError(f"`{' '.join(command)}` could not run: {exc}") from None
-        if done.returncode != 0:
-            said = " ".join((done.stderr or done.stdout).split()) or f"exit status {done.returncode}"
-            raise PowerError(f"`{' '.join(command)}` was refused: {said}")
+            write_bytes(path, b"")
+        except OSError as exc:
+            raise PowerError(f"cannot make {path}: {exc.strerror or exc}") from None
+        return path

@@ -1,33 +1,30 @@
-"""The shutdown and reboot actions run `systemctl poweroff|reboot`, here a fake systemctl that records its calls."""
+"""The shutdown and reboot actions make a request file in the runtime folder, which systemd acts on."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from frame.power import PowerError, SystemPower
 
-
-def fake_systemctl(tmp_path, exit_status: int = 0, said: str = ""):
-    script = tmp_path / "systemctl"
-    script.write_text(f'#!/bin/sh\necho "$@" >> "{tmp_path}/calls"\necho "{said}" >&2\nexit {exit_status}\n')
-    script.chmod(0o755)
-    return script
+SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"
 
 
-def calls(tmp_path) -> list[str]:
-    return (tmp_path / "calls").read_text().splitlines()
+def test_shutdown_and_reboot_make_the_request_files_systemd_watches(tmp_path):
+    power = SystemPower(tmp_path)
+    assert power.switch("shutdown") == tmp_path / "poweroff"
+    assert power.switch("reboot") == tmp_path / "reboot"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["poweroff", "reboot"]
+    units = {unit: (SYSTEMD / unit).read_text() for unit in ("slowframe-power@.path", "slowframe-power@.service")}
+    assert "PathExists=/run/slowframe/%i" in units["slowframe-power@.path"]
+    assert "systemctl --no-block %i" in units["slowframe-power@.service"]
 
 
-def test_shutdown_and_reboot_ask_logind_through_systemctl_without_a_password_prompt(tmp_path):
-    power = SystemPower(str(fake_systemctl(tmp_path)))
-    power.switch("shutdown")
-    power.switch("reboot")
-    assert calls(tmp_path) == ["--no-ask-password poweroff", "--no-ask-password reboot"]
-
-
-def test_a_refusal_says_what_systemctl_said(tmp_path):
-    power = SystemPower(str(fake_systemctl(tmp_path, 1, "Call to PowerOff failed: Access denied")))
-    with pytest.raises(PowerError, match="was refused: Call to PowerOff failed: Access denied"):
-        power.switch("shutdown")
-    with pytest.raises(PowerError, match="could not run"):
-        SystemPower(str(tmp_path / "no-such-systemctl")).switch("reboot")
+def test_without_a_runtime_folder_or_a_writable_one_the_error_says_why(tmp_path):
+    with pytest.raises(PowerError, match="no runtime folder"):
+        SystemPower(None).switch("shutdown")
+    with pytest.raises(PowerError, match="cannot make"):
+        SystemPower(tmp_path / "missing").switch("reboot")
+    with pytest.raises(PowerError, match="no such power action"):
+        SystemPower(tmp_path).switch("suspend")

@@ -313,10 +313,9 @@ def test_service_files_are_installed_and_enabled():
     assert 'rm -f "$ROOT"/etc/ssh/ssh_host_*' in BUILD                 # every card gets its own keys
 
 
-def test_the_power_rule_and_polkit_are_installed():
-    # the shutdown and reboot actions go through logind, which asks polkit (frame/power.py)
-    assert '"$REPO/systemd/60-slowframe-power.rules" "$ROOT/etc/polkit-1/rules.d/60-slowframe-power.rules"' in BUILD
-    assert "polkitd" in packages()
+def test_no_polkit_daemon_takes_the_pis_memory():
+    # shutdown and reboot go through a request file and slowframe-power@.path (frame/power.py)
+    assert "polkit" not in BUILD and "polkitd" not in packages()
 
 
 def test_raspi_firmware_settings_are_ones_it_reads():

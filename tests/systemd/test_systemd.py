@@ -7,7 +7,6 @@ is not installed); everything else reads the unit files and asks the daemon's ow
 from __future__ import annotations
 
 import inspect
-import json
 import re
 import shlex
 import shutil
@@ -241,36 +240,3 @@ def test_only_local_sockets(unit):
             assert not re.search(r"engine\.convert(?:\.| import )(?:fetch|hub|download)\b", text), source
 
 
-
-LOGIND_POLICY = Path("/usr/share/polkit-1/actions/org.freedesktop.login1.policy")
-POWER_RULES = SYSTEMD / "60-slowframe-power.rules"
-
-
-@pytest.mark.skipif(shutil.which("node") is None, reason="node runs the polkit rule's JavaScript (Debian: nodejs)")
-def test_the_polkit_rule_lets_the_service_user_power_off_and_reboot_and_nothing_else(tmp_path):
-    if LOGIND_POLICY.is_file():   # every action logind asks polkit about, as this machine's systemd defines them
-        actions = re.findall(r'<action id="([^"]+)"', LOGIND_POLICY.read_text())
-    else:
-        actions = [f"org.freedesktop.login1.{a}{s}" for a in ("power-off", "reboot", "halt", "suspend", "hibernate")
-                   for s in ("", "-multiple-sessions", "-ignore-inhibit")] + ["org.freedesktop.login1.manage"]
-    harness = tmp_path / "run.js"
-    harness.write_text(f"""
-const rules = [];
-const polkit = {{ addRule: (f) => rules.push(f), Result: {{ YES: "yes", NO: "no", NOT_HANDLED: null }} }};
-{POWER_RULES.read_text()}
-const answers = {{}};
-for (const user of ["slowframe", "pi"]) {{
-  for (const id of {json.dumps(actions)}) {{
-    answers[user + " " + id] = rules.map((rule) => rule({{ id: id }}, {{ user: user }})).find((r) => r) || null;
-  }}
-}}
-console.log(JSON.stringify(answers));
-""")
-    answers = json.loads(subprocess.run(["node", str(harness)], capture_output=True, text=True, check=True).stdout)
-    allowed = {key.split()[1] for key, answer in answers.items() if answer == "yes"}
-    assert allowed == {"org.freedesktop.login1.power-off", "org.freedesktop.login1.power-off-multiple-sessions",
-                       "org.freedesktop.login1.reboot", "org.freedesktop.login1.reboot-multiple-sessions"}
-    assert all(key.startswith("slowframe ") for key, answer in answers.items() if answer == "yes")
-    sysusers = (SYSTEMD / "slowframe.sysusers").read_text()
-    assert re.search(r"^u slowframe ", sysusers, re.M), "the rule's user is the service's"
-    assert one(read_unit(UNIT), "Service.User") == "slowframe"
