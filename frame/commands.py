@@ -71,6 +71,7 @@ CHOICES = {"sampler": list(SAMPLERS), "panel": [AUTO_PANEL, *PANELS], "orientati
            "order": list(ORDERS)}
 DEFAULTS = {"schedule.times": [], "schedule.quiet_hours": [], "display.panel": DisplayConfig().panel,
             "display.orientation": DisplayConfig().orientation, "display.caption": DisplayConfig().caption,
+            "display.preview": DisplayConfig().preview,
             "order": next(f.default for f in fields(Config) if f.name == "order"),
             "history.keep": HistorySettings().keep}
 
@@ -91,9 +92,8 @@ class RecentLog(logging.Handler):
 
 
 def preview_file(daemon: Daemon) -> Path:
-    """The worker's latest preview of the picture in progress (issue 27 names it in frame.paths; when it
-    does, this line points there)."""
-    return daemon.jobs.folder / "preview.png"
+    """The worker's latest preview of the picture in progress (written beside the job, never in the history)."""
+    return daemon.jobs.preview_path
 
 
 def backup_path(path: Path) -> Path:

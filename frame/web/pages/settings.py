@@ -10,7 +10,7 @@ from frame.web.yamledit import EditError
 blueprint = Blueprint("settings", __name__)
 # field -> its path in the file
 SETTINGS = {"times": ("schedule", "times"), "quiet_hours": ("schedule", "quiet_hours"), "panel": ("display", "panel"),
-            "orientation": ("display", "orientation"), "caption": ("display", "caption"), "order": ("order",),
+            "orientation": ("display", "orientation"), "caption": ("display", "caption"), "preview": ("display", "preview"), "order": ("order",),
             "keep": ("history", "keep")}
 
 
@@ -33,7 +33,18 @@ def _submitted(form) -> dict:
     keep = form.get("keep", "").strip()
     return {"times": items("times"), "quiet_hours": items("quiet_hours"), "panel": form.get("panel", ""),
             "orientation": form.get("orientation", ""), "caption": form.get("caption") == "on",
+            "preview": _preview(form.get("preview", "").strip()),
             "order": form.get("order", ""), "keep": int(keep) if keep.isdigit() else keep}
+
+
+def _preview(text: str) -> str | float:
+    """The preview cadence as the config holds it: auto (also for an empty field), off, or minutes."""
+    if not text:
+        return "auto"
+    try:
+        return float(text) if text not in ("auto", "off") else text
+    except ValueError:
+        return text      # the config's checker says what is wrong with it
 
 
 def _render(config: configfile.ConfigFile, values: dict, version: str, saved=None, error=None, status=200):

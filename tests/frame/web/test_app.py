@@ -187,6 +187,20 @@ def test_settings_change_only_what_the_form_changed(web):
     assert response.status_code == 400 and "keep" in text(response)
 
 
+def test_the_preview_cadence_is_a_setting_checked_like_the_file(web):
+    token = web.sign_in()
+    assert 'name="preview" value="auto"' in text(web.client.get("/settings"))
+    form = {"csrf_token": token, "times": "07:00, 19:00", "quiet_hours": "22:00-06:00", "order": "sequential",
+            "panel": "spectra6-7.3", "orientation": "landscape", "keep": "3"}
+    before = web.frame.config_path.read_text()
+    response = web.client.post("/settings", data={**form, "version": commands.text_version(before), "preview": "soon"})
+    assert response.status_code == 400 and "preview" in text(response)
+    assert web.frame.config_path.read_text() == before
+    assert web.client.post("/settings", data={**form, "version": commands.text_version(before),
+                                              "preview": "30"}).status_code == 302
+    assert "preview: 30" in web.frame.config_path.read_text()
+
+
 def test_history_files_are_reached_by_their_names_only(web):
     web.frame.finish_one()
     token = web.sign_in()
