@@ -42,7 +42,9 @@ def open_diffusers(root: Path) -> ModelSource:
     if not str(kind).startswith("StableDiffusionXL"):
         raise ModelFileError(f"{index_path}: this is a {kind} model. slowframe runs SDXL 1.0-architecture models "
                              "(StableDiffusionXLPipeline: SDXL base, SDXL-Turbo and their fine-tunes)")
-    missing = [c for c in STEMS if not isinstance(index.get(c), list) or None in index[c] or not (root / c).is_dir()]
+    # A component is there when its folder is; model_index.json's [null, null] says it is left out on purpose.
+    # Its other entries are not required: slowframe's demo model and hand-made folders list none.
+    missing = [c for c in STEMS if not (root / c).is_dir() or index.get(c) == [None, None]]
     if missing:
         refiner = "text_encoder" in missing and "text_encoder_2" not in missing
         why = (" It looks like the SDXL refiner, which only polishes the base model's pictures and cannot draw "
