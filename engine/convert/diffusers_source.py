@@ -19,6 +19,7 @@ from engine.convert.layout import TEXT_PREFIX, expected_shapes
 from engine.convert.sgm_source import map_component, under, vae_config_from_shapes
 from engine.convert.source import IGNORED_SUFFIXES, ComponentSource, ModelSource, SourceTensor, check_shapes
 from engine.errors import ModelFileError
+from engine.sdxl.tokenizer import ClipTokenizer
 from engine.safetensors import refuse_pickle
 from engine.weights import TensorStore, find_weight_files, read_config
 
@@ -58,6 +59,9 @@ def open_diffusers(root: Path) -> ModelSource:
         for name in COPIED:
             if (root / name).is_dir():
                 source.copied[name] = root / name
+        for name in ("tokenizer", "tokenizer_2"):
+            if name in source.copied:
+                ClipTokenizer.from_folder(root / name)   # unreadable files are named now, not on the frame
         if "force_zeros_for_empty_prompt" in index:
             source.pipeline["force_zeros_for_empty_prompt"] = bool(index["force_zeros_for_empty_prompt"])
         return source
