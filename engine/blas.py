@@ -30,8 +30,8 @@ _GET_NAMES = tuple(n.replace("set_", "get_") for n in _NAMES)
 # cblas_sgemm under the names numpy's wheels (ILP64, 64-bit ints) and distributions use
 _SGEMM_NAMES = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("cblas_sgemm64_", ctypes.c_int64),
                 ("scipy_cblas_sgemm", ctypes.c_int), ("cblas_sgemm", ctypes.c_int))
-# Not API, but exported by OpenBLAS's shared libraries (numpy's wheels and distributions alike):
-# the timeout read from the environment at load, that reading, and the stop of its threads.
+# Not API, but exported (checked in numpy's scipy-openblas 0.3.31 and Debian's libopenblas0-pthread
+# 0.3.21): the timeout read from the environment at load, that reading, and the stop of its threads.
 _TIMEOUT_NAMES = ("openblas_thread_timeout", "openblas_read_env", "blas_thread_shutdown_")
 _ROW_MAJOR, _NO_TRANS = 101, 111
 _lock = threading.Lock()
