@@ -77,7 +77,7 @@ class Compact(BandedImage):
     Stored row-major as (B, H, C, W) so a band of rows is one contiguous block.
     uint8 has a scale and zero point per channel covering the channel's values and 0:
     OnnxStream's one scale per tensor (0.1/99.9 percentiles) left the tiny test UNets at
-    PCC 0.9994-0.9997 against diffusers, per channel gives 0.99996; bench/RESULTS.md#memory.
+    PCC 0.9994-0.9997 against diffusers, per channel gives 0.99996; bench/RESULTS.md#skip-connections.
     """
 
     def __init__(self, x: np.ndarray, dtype: str):

@@ -19,8 +19,8 @@ from engine.convert.layout import TEXT_PREFIX, expected_shapes
 from engine.convert.sgm_source import map_component, under, vae_config_from_shapes
 from engine.convert.source import IGNORED_SUFFIXES, ComponentSource, ModelSource, SourceTensor, check_shapes
 from engine.errors import ModelFileError
-from engine.sdxl.tokenizer import ClipTokenizer
 from engine.safetensors import refuse_pickle
+from engine.sdxl.tokenizer import ClipTokenizer
 from engine.weights import TensorStore, find_weight_files, read_config
 
 STEMS = {"unet": "diffusion_pytorch_model", "vae": "diffusion_pytorch_model", "text_encoder": "model",
