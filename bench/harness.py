@@ -27,7 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the repo's engine, if not installed
-import engine  # noqa: E402,F401  (before numpy: it sets OpenBLAS's thread spin, read when numpy loads)
+import engine  # noqa: E402,F401  (it sets OpenBLAS's thread spin: bench/RESULTS.md#threads)
 import numpy as np  # noqa: E402
 
 from engine.atomic import atomic_write  # noqa: E402

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import engine  # noqa: E402,F401  (before numpy: OpenBLAS thread settings)
+import engine  # noqa: E402,F401  (OpenBLAS thread settings)
 import numpy as np  # noqa: E402
 
 from engine import kernels  # noqa: E402

@@ -7,6 +7,9 @@ call but well when whole heads run on separate Python threads (BLAS, numpy and o
 kernels release the GIL). For that, BLAS must not spawn its own threads at the same
 time: `single_threaded`.
 
+`follow_thread_timeout` makes OpenBLAS's idle threads sleep as OPENBLAS_THREAD_TIMEOUT
+says even when numpy (and so OpenBLAS) loaded before `engine` set it (engine/__init__.py).
+
 `gemm` is cblas_sgemm with beta, which numpy's matmul lacks: a 3x3 convolution
 accumulates nine GEMMs into one output (ops.conv2d) instead of copying a 9x larger
 patch matrix. Where no OpenBLAS is found, callers use their numpy path.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -28,6 +32,9 @@ _GET_NAMES = tuple(n.replace("set_", "get_") for n in _NAMES)
 # cblas_sgemm under the names numpy's wheels (ILP64, 64-bit ints) and distributions use
 _SGEMM_NAMES = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("cblas_sgemm64_", ctypes.c_int64),
                 ("scipy_cblas_sgemm", ctypes.c_int), ("cblas_sgemm", ctypes.c_int))
+# Not API, but exported (checked in numpy's scipy-openblas 0.3.31 and Debian's libopenblas0-pthread
+# 0.3.21): the timeout read from the environment at load, that reading, and the stop of its threads.
+_TIMEOUT_NAMES = ("openblas_thread_timeout", "openblas_read_env", "blas_thread_shutdown_")
 _ROW_MAJOR, _NO_TRANS = 101, 111
 _lock = threading.RLock()   # re-entered by single_threaded inside a model's threads()
 
@@ -77,6 +84,28 @@ _CONTROL = _find_control(_LIBS)
 _SGEMM = _find_sgemm(_LIBS)
 AVAILABLE = _CONTROL is not None
 HAS_GEMM = _SGEMM is not None
+
+
+def follow_thread_timeout() -> bool:
+    """Make OpenBLAS's idle threads use OPENBLAS_THREAD_TIMEOUT as the environment has it now.
+
+    OpenBLAS reads its environment once, when it loads, and its threads take the timeout
+    when they start: after `import numpy; import engine` they would spin 2^28 cycles after
+    each threaded GEMM (bench/RESULTS.md#threads). This makes OpenBLAS read the environment
+    again and stops its idle threads; its next threaded call starts them anew, with the
+    timeout. Returns False where the OpenBLAS in use lacks those entry points. Call it
+    while no other thread is inside BLAS."""
+    wanted = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "")
+    for lib in _LIBS:
+        if all(hasattr(lib, name) for name in _TIMEOUT_NAMES):
+            read, reread, stop = (getattr(lib, name) for name in _TIMEOUT_NAMES)
+            read.argtypes, read.restype = [], ctypes.c_int
+            if wanted.strip().isdigit() and read() != int(wanted):
+                with _lock:
+                    reread()
+                    stop()
+            return True
+    return False
 
 
 def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float) -> None:

@@ -36,7 +36,7 @@ class Options:
     (0: one per core this process may run on)."""
     skip_dtype: str = "fp32"
     """Storage of the UNet's skip connections between down and up blocks: fp32, fp16, or
-    uint8 with dynamic per-tensor quantisation (0.1/99.9 percentile range)."""
+    uint8 with a scale and zero point per channel, set by each tensor's range."""
     cross_kv_cache: bool = True
     """Compute cross-attention K and V once per prompt conditioning and reuse them."""
     kv_dtype: str = "fp32"

@@ -12,8 +12,7 @@ needs_c = pytest.mark.skipif(not C_BUILT, reason=NOT_BUILT)
 
 # each elementwise kernel's family module
 FAMILY = {name: module for module, names in (
-    (conversions, ("f16_to_f32", "bf16_to_f32", "f32_to_f16", "dequant_u8_rows", "dequant_u8", "quant_u8",
-                   "taps_first")),
+    (conversions, ("f16_to_f32", "bf16_to_f32", "f32_to_f16", "dequant_u8_rows", "quant_u8_rows", "taps_first")),
     (activations, ("gelu_erf", "geglu", "softmax_rows")),
     (norms, ("layer_norm", "row_moments")),
     (winograd, ("wino_weights", "wino_input", "wino_output")),

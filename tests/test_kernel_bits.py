@@ -39,8 +39,11 @@ def kernel_outputs() -> dict[str, str]:
     q = rng.integers(0, 256, (37, 129), dtype=np.uint8)
     sc = rng.random(37).astype(np.float32); ze = (rng.random(37) * 255).astype(np.float32)
     out["dequant_u8_rows"] = h(conversions.c_dequant_u8_rows(q, sc, ze, np.empty((37, 129), np.float32)))
-    out["dequant_u8"] = h(conversions.c_dequant_u8(q, 0.0123, 17.5, np.empty((37, 129), np.float32)))
-    out["quant_u8"] = h(conversions.c_quant_u8(x, 0.05, 128.0, np.empty(70001, np.uint8)))
+    # recorded from the kernels with one scale and zero point, now every row's own
+    same = np.full(37, 0.0123, np.float32), np.full(37, 17.5, np.float32)
+    out["dequant_u8"] = h(conversions.c_dequant_u8_rows(q, *same, np.empty((37, 129), np.float32)))
+    one = np.full(1, 0.05, np.float32), np.full(1, 128.0, np.float32)
+    out["quant_u8"] = h(conversions.c_quant_u8_rows(x[None], *one, np.empty((1, 70001), np.uint8)))
     out["gelu_erf"] = h(activations.c_gelu_erf(x, np.empty(70001, np.float32)))
     p = rng.standard_normal((33, 2 * 96)).astype(np.float32); b = rng.standard_normal(192).astype(np.float32)
     out["geglu"] = h(activations.c_geglu(p, np.empty((33, 96), np.float32), b))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import tempfile
 from pathlib import Path
 
 from transformers import CLIPTokenizer
@@ -66,6 +67,17 @@ def write_tokenizer(folder: Path, pad_token: str, legacy_format: bool = True) ->
         specials = {k: config[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     (folder / "special_tokens_map.json").write_text(json.dumps(specials, indent=2))
+
+
+def write_saved_tokenizer(folder: Path, pad_token: str) -> None:
+    """A tokenizer folder as the installed transformers saves one: tokenizer.json and
+    tokenizer_config.json, no vocab.json or merges.txt (checked, so the tests that rely on
+    it notice when transformers changes its mind)."""
+    with tempfile.TemporaryDirectory() as legacy:
+        write_tokenizer(Path(legacy), pad_token)
+        CLIPTokenizer.from_pretrained(legacy).save_pretrained(folder)
+    saved = {p.name for p in Path(folder).iterdir()}
+    assert "tokenizer.json" in saved and not saved & {"vocab.json", "merges.txt"}, saved
 
 
 def write_tokenizers(root: Path) -> None:

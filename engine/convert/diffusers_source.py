@@ -20,6 +20,7 @@ from engine.convert.sgm_source import map_component, under, vae_config_from_shap
 from engine.convert.source import IGNORED_SUFFIXES, ComponentSource, ModelSource, SourceTensor, check_shapes
 from engine.errors import ModelFileError
 from engine.safetensors import refuse_pickle
+from engine.sdxl.tokenizer import ClipTokenizer
 from engine.weights import TensorStore, find_weight_files, read_config
 
 STEMS = {"unet": "diffusion_pytorch_model", "vae": "diffusion_pytorch_model", "text_encoder": "model",
@@ -42,7 +43,9 @@ def open_diffusers(root: Path) -> ModelSource:
     if not str(kind).startswith("StableDiffusionXL"):
         raise ModelFileError(f"{index_path}: this is a {kind} model. slowframe runs SDXL 1.0-architecture models "
                              "(StableDiffusionXLPipeline: SDXL base, SDXL-Turbo and their fine-tunes)")
-    missing = [c for c in STEMS if not isinstance(index.get(c), list) or None in index[c] or not (root / c).is_dir()]
+    # A component is there when its folder is; model_index.json's [null, null] says it is left out on purpose.
+    # Its other entries are not required: slowframe's demo model and hand-made folders list none.
+    missing = [c for c in STEMS if not (root / c).is_dir() or index.get(c) == [None, None]]
     if missing:
         refiner = "text_encoder" in missing and "text_encoder_2" not in missing
         why = (" It looks like the SDXL refiner, which only polishes the base model's pictures and cannot draw "
@@ -56,6 +59,9 @@ def open_diffusers(root: Path) -> ModelSource:
         for name in COPIED:
             if (root / name).is_dir():
                 source.copied[name] = root / name
+        for name in ("tokenizer", "tokenizer_2"):
+            if name in source.copied:
+                ClipTokenizer.from_folder(root / name)   # unreadable files are named now, not on the frame
         if "force_zeros_for_empty_prompt" in index:
             source.pipeline["force_zeros_for_empty_prompt"] = bool(index["force_zeros_for_empty_prompt"])
         return source

@@ -173,7 +173,7 @@ def _plan(source: ModelSource, precision: str, loras: list[LoraFile]) -> list[_O
     outputs = []
     for component in COMPONENTS:
         comp = source.components[component]
-        order = expected_shapes(component, comp.config, comp.origin)
+        order = expected_shapes(component, comp.config, comp.origin, comp.tensors)
         shapes = {name: tuple(shape) for name, shape in order.items()}
         unet = parse_unet_config(comp.config) if component == "unet" else None
         patch = bind(loras, component, shapes, unet) if component != "vae" else None

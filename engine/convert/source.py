@@ -93,7 +93,7 @@ def check_shapes(component: ComponentSource, source_name: dict[str, str] | None 
 
     `source_name` gives, for a diffusers name, the name in the source file (SGM keys),
     so messages name what the user's file holds."""
-    expected = expected_shapes(component.name, component.config, f"{component.origin} (config)")
+    expected = expected_shapes(component.name, component.config, f"{component.origin} (config)", component.tensors)
 
     def label(name: str) -> str:
         key = source_name.get(name, name) if source_name else name

@@ -64,9 +64,9 @@ def verify_model(root: str | Path, log=print) -> VerifyReport:
 def check_component(folder: Path, component: str) -> int:
     """Every tensor the config implies, with its shape and dtype, and no others; returns the count."""
     config = read_config(folder)
-    expected = expected_shapes(component, config, folder / "config.json")
     store = TensorStore([folder / WEIGHT_FILES[component]])
     try:
+        expected = expected_shapes(component, config, folder / "config.json", store)
         store.check(expected)
         allowed = set(expected) | {n + s for n in expected for s in (Q_SCALE, Q_ZERO) if n + s in store}
         extra = [n for n in store.tensors if n not in allowed]

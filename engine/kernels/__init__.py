@@ -17,8 +17,8 @@ overlap an input, except that ``gelu_erf`` may run in place (``out is x``).
 from engine.kernels.activations import geglu, gelu_erf, softmax_rows
 from engine.kernels.attention import attention_work, c_attention_head, fused_attention
 from engine.kernels.backend import BACKEND, BUILD_HINT, fallback_warning
-from engine.kernels.conversions import (bf16_to_f32, dequant_u8, dequant_u8_rows, f16_to_f32, f32_to_f16,
-                                        quant_u8, taps_first)
+from engine.kernels.conversions import (bf16_to_f32, dequant_u8_rows, f16_to_f32, f32_to_f16, quant_u8_rows,
+                                        taps_first)
 from engine.kernels.norms import layer_norm, row_moments
 from engine.kernels.winograd import wino_input, wino_output, wino_weights
 
@@ -28,7 +28,6 @@ __all__ = [
     "attention_work",
     "bf16_to_f32",
     "c_attention_head",
-    "dequant_u8",
     "dequant_u8_rows",
     "f16_to_f32",
     "f32_to_f16",
@@ -37,7 +36,7 @@ __all__ = [
     "geglu",
     "gelu_erf",
     "layer_norm",
-    "quant_u8",
+    "quant_u8_rows",
     "row_moments",
     "softmax_rows",
     "taps_first",

@@ -75,32 +75,31 @@ void sf_dequant_u8_rows(const uint8_t *restrict q, const float *restrict scale,
     }
 }
 
-SF_CLONES
-void sf_dequant_u8(const uint8_t *restrict q, float scale, float zero,
-                   float *restrict out, size_t n)
+/* clip(rint(x / scale) + zero, 0, 255), truncated to uint8; NaN -> rint part 0, i.e. the
+   zero point. rint is round-half-even via the 2^23 trick (the baseline x86-64 ISA has no
+   vector round instruction, and rintf would be a libm call). */
+static inline uint8_t sf_quant_u8_one(float x, float scale, float zero)
 {
-    for (size_t i = 0; i < n; i++)
-        out[i] = ((float)q[i] - zero) * scale;
+    float v = x / scale;
+    float a = fabsf(v);
+    float t = copysignf((a + 8388608.0f) - 8388608.0f, v);
+    float q = sf_sel(a < 8388608.0f, t, v);      /* |v| >= 2^23 (or NaN): already integral */
+    q = sf_sel(q == q, q, 0.0f);
+    float u = q + zero;
+    u = sf_sel(u > 0.0f, u, 0.0f);
+    u = sf_sel(u < 255.0f, u, 255.0f);
+    return (uint8_t)(int32_t)u;
 }
 
-/* out = clip(rint(x / scale) + zero, 0, 255), truncated to uint8; NaN -> rint part 0,
-   i.e. the zero point. rint is round-half-even via the 2^23 trick (the baseline
-   x86-64 ISA has no vector round instruction, and rintf would be a libm call). */
+/* out[r, k] = sf_quant_u8_one(x[r, k], scale[r], zero[r]) */
 SF_CLONES
-void sf_quant_u8(const float *restrict x, float scale, float zero,
-                 uint8_t *restrict out, size_t n)
+void sf_quant_u8_rows(const float *restrict x, const float *restrict scale,
+                      const float *restrict zero, uint8_t *restrict out,
+                      size_t rows, size_t cols)
 {
-    for (size_t i = 0; i < n; i++) {
-        float v = x[i] / scale;
-        float a = fabsf(v);
-        float t = copysignf((a + 8388608.0f) - 8388608.0f, v);
-        float r = sf_sel(a < 8388608.0f, t, v);      /* |v| >= 2^23 (or NaN): already integral */
-        r = sf_sel(r == r, r, 0.0f);
-        float u = r + zero;
-        u = sf_sel(u > 0.0f, u, 0.0f);
-        u = sf_sel(u < 255.0f, u, 255.0f);
-        out[i] = (uint8_t)(int32_t)u;
-    }
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = r * cols; i < (r + 1) * cols; i++)
+            out[i] = sf_quant_u8_one(x[i], scale[r], zero[r]);
 }
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from engine.kernels.backend import buf, c_kernel, elementwise, lib, pick
 from engine.kernels.checks import F16, F32, U8, U16, arr, check_unary, no_overlap, same_size
-from engine.kernels.numpy_twins import BLOCK, blocks, flat
+from engine.kernels.numpy_twins import BLOCK, flat
 
 # ---------------------------------------------------------------- f16 / bf16 -> f32
 
@@ -79,22 +79,23 @@ f32_to_f16 = pick(c_f32_to_f16, np_f32_to_f16)
 # ---------------------------------------------------------------- uint8 dequant / quant
 
 
-def _check_rows(q: np.ndarray, scale: np.ndarray, zero: np.ndarray, out: np.ndarray) -> None:
-    arr("q", q, (U8,))
-    if q.ndim != 2:
-        raise ValueError(f"q: expected 2 dims (rows, cols), got shape {q.shape}")
+def _check_rows(src: np.ndarray, scale: np.ndarray, zero: np.ndarray, out: np.ndarray, src_dtype: np.dtype,
+                out_dtype: np.dtype) -> None:
+    arr("src", src, (src_dtype,))
+    if src.ndim != 2:
+        raise ValueError(f"src: expected 2 dims (rows, cols), got shape {src.shape}")
     arr("scale", scale, (F32,))
     arr("zero", zero, (F32,))
-    if scale.size != q.shape[0] or zero.size != q.shape[0]:
-        raise ValueError(f"scale/zero: expected {q.shape[0]} values each, got {scale.size} and {zero.size}")
-    arr("out", out, (F32,), writable=True)
-    same_size(q, out)
-    no_overlap(out, q, scale, zero)
+    if scale.size != src.shape[0] or zero.size != src.shape[0]:
+        raise ValueError(f"scale/zero: expected {src.shape[0]} values each, got {scale.size} and {zero.size}")
+    arr("out", out, (out_dtype,), writable=True)
+    same_size(src, out)
+    no_overlap(out, src, scale, zero)
 
 
 def np_dequant_u8_rows(q: np.ndarray, scale: np.ndarray, zero: np.ndarray, out: np.ndarray) -> np.ndarray:
     """out[r, k] = (float32(q[r, k]) - zero[r]) * scale[r]; q (R, K) uint8, scale/zero (R,)."""
-    _check_rows(q, scale, zero, out)
+    _check_rows(q, scale, zero, out, U8, F32)
     o = out.reshape(q.shape)
     np.subtract(q, zero.reshape(-1, 1), out=o)
     np.multiply(o, scale.reshape(-1, 1), out=o)
@@ -103,7 +104,7 @@ def np_dequant_u8_rows(q: np.ndarray, scale: np.ndarray, zero: np.ndarray, out: 
 
 @c_kernel
 def c_dequant_u8_rows(q: np.ndarray, scale: np.ndarray, zero: np.ndarray, out: np.ndarray) -> np.ndarray:
-    _check_rows(q, scale, zero, out)
+    _check_rows(q, scale, zero, out, U8, F32)
     if q.size:
         lib.sf_dequant_u8_rows(
             buf(q), buf(scale), buf(zero), buf(out),
@@ -115,52 +116,37 @@ def c_dequant_u8_rows(q: np.ndarray, scale: np.ndarray, zero: np.ndarray, out: n
 dequant_u8_rows = pick(c_dequant_u8_rows, np_dequant_u8_rows)
 
 
-def np_dequant_u8(q: np.ndarray, scale: float, zero: float, out: np.ndarray) -> np.ndarray:
-    """out = (float32(q) - zero) * scale, with scale and zero rounded to float32."""
-    check_unary(q, out, (U8,), F32)
-    o = flat(out)
-    np.subtract(flat(q), np.float32(zero), out=o)
-    np.multiply(o, np.float32(scale), out=o)
-    return out
-
-
-@c_kernel
-def c_dequant_u8(q: np.ndarray, scale: float, zero: float, out: np.ndarray) -> np.ndarray:
-    check_unary(q, out, (U8,), F32)
-    return elementwise(lib.sf_dequant_u8, q, out, float(scale), float(zero))
-
-
-dequant_u8 = pick(c_dequant_u8, np_dequant_u8)
-
-
-def np_quant_u8(x: np.ndarray, scale: float, zero: float, out: np.ndarray) -> np.ndarray:
-    """out = uint8(clip(rint(x / scale) + zero, 0, 255)), float32 math (scale, zero rounded
-    to float32), rint half-to-even, the cast truncates; NaN gives the zero point."""
-    check_unary(x, out, (F32,), U8)
-    s, z = np.float32(scale), np.float32(zero)
-    xf, of = flat(x), flat(out)
-    t = np.empty(min(x.size, BLOCK), np.float32)
-    nan = np.empty(t.size, np.bool_)
+def np_quant_u8_rows(x: np.ndarray, scale: np.ndarray, zero: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out[r, k] = uint8(clip(rint(x[r, k] / scale[r]) + zero[r], 0, 255)); x (R, K) float32,
+    scale/zero (R,) float32; rint half-to-even, the cast truncates; NaN gives the zero point."""
+    _check_rows(x, scale, zero, out, F32, U8)
+    o = out.reshape(x.shape)
+    rows = max(1, BLOCK // max(1, x.shape[1]))
+    t = np.empty((min(x.shape[0], rows), x.shape[1]), np.float32)
+    nan = np.empty(t.shape, np.bool_)
     with np.errstate(all="ignore"):  # x / scale may overflow to inf: clipped to 255 below
-        for i, j in blocks(x.size):
-            b, m = t[: j - i], nan[: j - i]
-            np.divide(xf[i:j], s, out=b)
+        for r0 in range(0, x.shape[0], rows):
+            r1 = min(x.shape[0], r0 + rows)
+            b, m = t[: r1 - r0], nan[: r1 - r0]
+            np.divide(x[r0:r1], scale[r0:r1, None], out=b)
             np.rint(b, out=b)
             np.isnan(b, out=m)
             np.copyto(b, 0, where=m)
-            b += z
+            b += zero[r0:r1, None]
             np.clip(b, np.float32(0), np.float32(255), out=b)
-            np.copyto(of[i:j], b, casting="unsafe")
+            np.copyto(o[r0:r1], b, casting="unsafe")
     return out
 
 
 @c_kernel
-def c_quant_u8(x: np.ndarray, scale: float, zero: float, out: np.ndarray) -> np.ndarray:
-    check_unary(x, out, (F32,), U8)
-    return elementwise(lib.sf_quant_u8, x, out, float(scale), float(zero))
+def c_quant_u8_rows(x: np.ndarray, scale: np.ndarray, zero: np.ndarray, out: np.ndarray) -> np.ndarray:
+    _check_rows(x, scale, zero, out, F32, U8)
+    if x.size:
+        lib.sf_quant_u8_rows(buf(x), buf(scale), buf(zero), buf(out), x.shape[0], x.shape[1])
+    return out
 
 
-quant_u8 = pick(c_quant_u8, np_quant_u8)
+quant_u8_rows = pick(c_quant_u8_rows, np_quant_u8_rows)
 
 # ---------------------------------------------------------------- conv weight layout
 

@@ -17,8 +17,8 @@ void sf_bf16_to_f32(const uint16_t *src, float *out, size_t n);
 void sf_f32_to_f16(const float *src, uint16_t *out, size_t n);
 void sf_dequant_u8_rows(const uint8_t *q, const float *scale, const float *zero,
                         float *out, size_t rows, size_t cols);
-void sf_dequant_u8(const uint8_t *q, float scale, float zero, float *out, size_t n);
-void sf_quant_u8(const float *x, float scale, float zero, uint8_t *out, size_t n);
+void sf_quant_u8_rows(const float *x, const float *scale, const float *zero, uint8_t *out,
+                      size_t rows, size_t cols);
 void sf_taps_first(const float *w, float *out, size_t rows, size_t cin, size_t taps);
 
 /* activations.c */

@@ -10,8 +10,8 @@ the streaming engine, with emphasis, long prompts and an on-disk cache.
     encoder_hidden_states = np.concatenate([c.negative_embeds, c.prompt_embeds])   # (2, 77*k, 2048)
     text_embeds = np.concatenate([c.negative_pooled, c.pooled])                    # (2, 1280)
 
-`model_root` is a diffusers SDXL folder: tokenizer/ and tokenizer_2/ (vocab.json,
-merges.txt), text_encoder/ (CLIP ViT-L) and text_encoder_2/ (OpenCLIP ViT-bigG with
+`model_root` is a diffusers SDXL folder: tokenizer/ and tokenizer_2/ (tokenizer.json, or
+vocab.json and merges.txt), text_encoder/ (CLIP ViT-L) and text_encoder_2/ (OpenCLIP ViT-bigG with
 text_projection), weights as model[.fp16].safetensors. Models without tokenizer
 folders load with `standard_vocabulary=True` (the CLIP vocabulary bundled with
 slowframe). `preset` and keyword overrides are the engine options (engine/options.py);
@@ -47,12 +47,12 @@ from engine.sdxl.conditioning_cache import FIELDS, ConditioningCache, default_ca
 from engine.sdxl.prompt import (MAX_CHUNKS, Segment, WeightedTokens, apply_weights, chunks_needed,
                                 clean_prompt, limit_length, parse_emphasis, to_chunks, weighted_tokens)
 from engine.sdxl.text_encoder import ClipTextEncoder
-from engine.sdxl.tokenizer import ClipTokenizer, sdxl_tokenizers
+from engine.sdxl.tokenizer import SAVED_TOKENIZER, ClipTokenizer, sdxl_tokenizers
 from engine.weights import find_weight_files
 
 log = logging.getLogger(__name__)
 
-TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = (SAVED_TOKENIZER, "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 
 @dataclass(frozen=True)

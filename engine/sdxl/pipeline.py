@@ -235,7 +235,7 @@ class Pipeline:
                     return Conditioning(**saved.arrays)
             except (CorruptCheckpoint, TypeError) as e:
                 log.warning("saved conditioning %s is unusable (%s); encoding the prompt again", path, e)
-        standard = not (self.root / "tokenizer" / "vocab.json").is_file()
+        standard = not (self.root / "tokenizer").is_dir()   # a folder with bad files is named, not replaced
         if standard:
             log.info("%s has no tokenizer/ folder: using the standard CLIP vocabulary bundled with slowframe",
                      self.root)

@@ -1,8 +1,9 @@
 """The CLIP tokenizer of both SDXL text encoders, on the `tokenizers` library.
 
 `ClipTokenizer.from_folder(model / "tokenizer_2")` reads a diffusers tokenizer folder
-(vocab.json, merges.txt and the special tokens of tokenizer_config.json /
-special_tokens_map.json) and gives ids identical to transformers' CLIPTokenizer: the
+(tokenizer.json as current transformers saves it, or vocab.json and merges.txt as SDXL
+base has them; the special tokens of tokenizer_config.json / special_tokens_map.json)
+and gives ids identical to transformers' CLIPTokenizer: the
 same normalizer (NFC, collapsed whitespace, lowercase), pre-tokenizer (CLIP's regex,
 then byte-level), BPE with the "</w>" word suffix, and the same added tokens with the
 same `normalized` flags. That includes SDXL's tokenizer_2, whose pad token "!" is a
@@ -32,6 +33,7 @@ SPLIT_PATTERN = r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\
 STANDARD_BPE = Path(__file__).resolve().parent.parent / "data" / "bpe_simple_vocab_16e6.txt.gz"
 STANDARD_MERGES = 49152 - 256 - 2   # merge lines CLIP uses from the BPE file: 48,894
 STANDARD_MAX_LENGTH = 77
+SAVED_TOKENIZER = "tokenizer.json"
 
 
 class ClipTokenizer:
@@ -52,25 +54,20 @@ class ClipTokenizer:
 
     @classmethod
     def from_folder(cls, folder: str | Path, bpe: BPE | None = None) -> "ClipTokenizer":
-        """A diffusers tokenizer folder: vocab.json, merges.txt and optional configs. `bpe`:
-        the model another tokenizer read from identical vocab.json and merges.txt, to share."""
+        """A diffusers tokenizer folder: tokenizer.json, or vocab.json and merges.txt, and
+        optional configs. As in transformers, tokenizer.json gives only the vocabulary, merges
+        and added tokens; the rest is CLIP's. `bpe`: the model another tokenizer read from
+        identical vocab.json and merges.txt, to share (unused with tokenizer.json)."""
         folder = Path(folder)
-        vocab, merges = folder / "vocab.json", folder / "merges.txt"
-        missing = [p.name for p in (vocab, merges) if not p.is_file()]
-        if missing:
-            raise ModelFileError(
-                f"{folder}: tokenizer file(s) missing: {', '.join(missing)}. An SDXL model folder needs "
-                "tokenizer/ and tokenizer_2/ with vocab.json and merges.txt; copy them from the model's "
-                "download, or load with standard_vocabulary=True to use the CLIP vocabulary built into slowframe")
         config = _read_json(folder / "tokenizer_config.json")
         specials = {**_read_json(folder / "special_tokens_map.json"), **config}
         options = _bpe_options(specials)
-        if bpe is None or bpe.unk_token != options["unk_token"]:
-            try:
-                bpe = BPE.from_file(str(vocab), str(merges), **options)
-            except Exception as e:  # the Rust side raises plain Exceptions for unreadable files
-                raise ModelFileError(f"{folder}: cannot read vocab.json / merges.txt ({e}); copy them again") \
-                    from None
+        if (folder / SAVED_TOKENIZER).is_file():
+            bpe, added = _read_saved_tokenizer(folder / SAVED_TOKENIZER, options)
+            # an entry of tokenizer_config.json wins over the file's for the same id
+            specials["added_tokens_decoder"] = {**added, **(specials.get("added_tokens_decoder") or {})}
+        else:
+            bpe = _read_vocabulary(folder, options, bpe)
         pad = _content(specials.get("pad_token")) or EOS_TOKEN
         max_length = config.get("model_max_length", STANDARD_MAX_LENGTH)
         if not isinstance(max_length, int) or not 2 < max_length <= 1024:
@@ -124,6 +121,42 @@ def sdxl_tokenizers(root: Path | None) -> tuple[ClipTokenizer, ClipTokenizer]:
     first = ClipTokenizer.from_folder(a)
     same = all((b / f).is_file() and (a / f).read_bytes() == (b / f).read_bytes() for f in ("vocab.json", "merges.txt"))
     return first, ClipTokenizer.from_folder(b, bpe=first.backend.model if same else None)
+
+
+def _read_vocabulary(folder: Path, options: dict, shared: BPE | None) -> BPE:
+    """The BPE model of vocab.json and merges.txt (`shared` when it was read from the same files)."""
+    vocab, merges = folder / "vocab.json", folder / "merges.txt"
+    missing = [p.name for p in (vocab, merges) if not p.is_file()]
+    if missing:
+        raise ModelFileError(
+            f"{folder}: tokenizer file(s) missing: {', '.join(missing)}. An SDXL model folder needs tokenizer/ "
+            f"and tokenizer_2/ with {SAVED_TOKENIZER}, or vocab.json and merges.txt; copy them from the model's "
+            "download, or load with standard_vocabulary=True to use the CLIP vocabulary built into slowframe")
+    if shared is not None and shared.unk_token == options["unk_token"]:
+        return shared
+    try:
+        return BPE.from_file(str(vocab), str(merges), **options)
+    except Exception as e:  # the Rust side raises plain Exceptions for unreadable files
+        raise ModelFileError(f"{folder}: cannot read vocab.json / merges.txt ({e}); copy them again") from None
+
+
+def _read_saved_tokenizer(path: Path, options: dict) -> tuple[BPE, dict[str, dict]]:
+    """The BPE model of a tokenizer.json with CLIP's options, and its added tokens as
+    tokenizer_config.json's added_tokens_decoder has them."""
+    try:
+        saved = Tokenizer.from_file(str(path))
+    except Exception as e:  # the Rust side raises plain Exceptions for unreadable files
+        raise ModelFileError(f"{path}: cannot read it ({e}); copy it again") from None
+    bpe = saved.model
+    if not isinstance(bpe, BPE):
+        raise ModelFileError(f"{path}: a {type(bpe).__name__} tokenizer; SDXL's text encoders need CLIP's BPE "
+                             "tokenizer: copy tokenizer/ and tokenizer_2/ from the model's download")
+    for name, value in options.items():
+        setattr(bpe, name, value)
+    added = {str(i): {"content": t.content, "single_word": t.single_word, "lstrip": t.lstrip, "rstrip": t.rstrip,
+                      "normalized": t.normalized, "special": t.special}
+             for i, t in saved.get_added_tokens_decoder().items()}
+    return bpe, added
 
 
 def standard_vocabulary() -> tuple[dict[str, int], list[tuple[str, str]]]:

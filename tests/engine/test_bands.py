@@ -46,3 +46,20 @@ def test_a_conv_over_a_normalised_banded_image_allocates_little_beyond_its_outpu
     assert peak < 2 * band_bytes                            # the band's buffer and its GEMM result
     expected = w.reshape(64, 192) @ image.dense()[0].reshape(192, -1)
     assert np.allclose(out[0].reshape(64, -1), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_uint8_skips_keep_each_channel_to_half_its_own_step():
+    # channels a million times apart in size: one scale for the tensor would flatten the small ones to 0
+    x = randn(2, 8, 9, 13) * (10.0 ** np.arange(-3, 5, dtype=np.float32))[None, :, None, None]
+    stored = Compact(x, "uint8")
+    lo = np.minimum(x.min(axis=(0, 2, 3)), 0)
+    hi = np.maximum(x.max(axis=(0, 2, 3)), 0)
+    error = np.abs(stored.dense() - x).max(axis=(0, 2, 3))
+    assert (error <= (hi - lo) / 255 * 0.5001).all()
+    assert stored.nbytes == x.size                       # one byte a value; the scales are 2 x 8 floats
+
+
+def test_uint8_skips_hold_no_more_than_their_bytes_and_a_band_while_stored():
+    x = randn(2, 320, 64, 64)
+    peak = peak_traced_bytes(lambda: Compact(x, "uint8"))
+    assert peak < x.size + (1 << 20) + 64 * 1024         # the uint8 data, one 1 MB float32 band, the ranges

@@ -178,19 +178,15 @@ def test_compact_fp16_banded_image_is_the_fp16_rounding():
     assert Compact(x, "fp16").nbytes == x.nbytes // 2
 
 
-def test_compact_uint8_banded_image_clips_to_percentiles_and_keeps_zero_exact():
+def test_compact_uint8_banded_image_keeps_outliers_and_zero_exact():
     x = randn(1, 16, 32, 32)
-    x[0, 0, 0, :4] = [40.0, -40.0, 0.0, 0.0]  # outliers beyond the 0.1/99.9 percentiles
+    x[0, 0, 0, :4] = [40.0, -40.0, 0.0, 0.0]  # outliers in channel 0 only
     c = Compact(x, "uint8")
     got = c.dense()
     assert c.nbytes == x.size
     assert got[0, 0, 0, 2] == 0.0
-    lo, hi = -c.zero * c.scale, (255 - c.zero) * c.scale
-    assert lo < -2.5 and hi > 2.5                       # about the 0.1 / 99.9 percentiles of N(0, 1)
-    inliers = (x >= lo) & (x <= hi)
-    assert np.abs(got - x)[inliers].max() <= c.scale / 2 * 1.001
-    assert pcc(got, np.clip(x, -4, 4)) > 0.999
-    assert got.max() < 40.0 and got.min() > -40.0
+    assert (np.abs(got - x).max(axis=(0, 2, 3)) <= c.scale / 2 * 1.001).all()   # each channel within its own step
+    assert c.scale[0] > 5 * c.scale[1:].max()          # the outliers widen their own channel's step only
 
 
 def test_layer_norm():

@@ -18,10 +18,13 @@ from engine.convert.manifest import MANIFEST
 from engine.convert.verify import list_models, verify_model
 from engine.quantize import quantize_folder
 from engine.safetensors import SafetensorsWriter, read_header, read_raw
-from engine.sdxl import UNet
+from engine.errors import ModelFileError
+from engine.sdxl import Pipeline, UNet
+from engine.sdxl.random_model import write_random_model
 from frame.cli import main
 from sgm_files import load_single_file
 from tiny_models import load_pipeline, unet_reference
+from tokenizer_files import write_saved_tokenizer
 
 SDXL_ONLY_KEYS = {"sample_size"}   # configs the weights cannot tell; the importer writes SDXL's
 
@@ -147,6 +150,23 @@ def test_supplied_tokenizers_are_sdxls(imported):
         assert ClipTokenizer.from_folder(imported / name)("a photo of a cat!").tolist() == ids
     scheduler = json.loads((imported / "scheduler" / "scheduler_config.json").read_text())
     assert scheduler["_class_name"] == "EulerDiscreteScheduler" and scheduler["timestep_spacing"] == "leading"
+
+
+def test_diffusers_folder_with_tokenizers_saved_by_current_transformers(tmp_path):
+    plain = write_random_model(tmp_path / "plain")   # no tokenizer folders: the bundled vocabulary
+    src = tmp_path / "src"
+    shutil.copytree(plain, src)
+    for name in ("tokenizer", "tokenizer_2"):   # tokenizer_2 padding with EOS: not the bundled vocabulary's "!"
+        write_saved_tokenizer(src / name, "<|endoftext|>")
+    import_model(src, tmp_path / "imported", log=lambda *_: None)
+    assert (tmp_path / "imported" / "tokenizer_2" / "tokenizer.json").is_file()
+    run = dict(prompt="a cat!", steps=1, seed=1, width=64, height=64)
+    got = Pipeline.load(tmp_path / "imported").generate(**run).latents
+    assert np.array_equal(got, Pipeline.load(src).generate(**run).latents)
+    assert not np.array_equal(got, Pipeline.load(plain).generate(**run).latents)
+    (src / "tokenizer_2" / "tokenizer.json").unlink()
+    with pytest.raises(ModelFileError, match=r"src/tokenizer_2: tokenizer file\(s\) missing"):
+        import_model(src, tmp_path / "again", log=lambda *_: None)
 
 
 def test_diffusers_folder_with_fp32_shards_bf16_old_names_and_fp16_variant(tiny_single_file, imported, tmp_path):

@@ -7,13 +7,11 @@ from kernel_testing import needs_c, version
 
 
 def _calls(n=8):
-    f32, u16, u8 = np.zeros(n, np.float32), np.zeros(n, np.uint16), np.zeros(n, np.uint8)
+    f32, u16 = np.zeros(n, np.float32), np.zeros(n, np.uint16)
     return {
         "f16_to_f32": lambda fn, out=None, src=None: fn(u16 if src is None else src, np.zeros(n, np.float32) if out is None else out),
         "bf16_to_f32": lambda fn, out=None, src=None: fn(u16 if src is None else src, np.zeros(n, np.float32) if out is None else out),
         "f32_to_f16": lambda fn, out=None, src=None: fn(f32 if src is None else src, np.zeros(n, np.uint16) if out is None else out),
-        "dequant_u8": lambda fn, out=None, src=None: fn(u8 if src is None else src, 1.0, 0.0, np.zeros(n, np.float32) if out is None else out),
-        "quant_u8": lambda fn, out=None, src=None: fn(f32 if src is None else src, 1.0, 0.0, np.zeros(n, np.uint8) if out is None else out),
         "gelu_erf": lambda fn, out=None, src=None: fn(f32 if src is None else src, np.zeros(n, np.float32) if out is None else out),
     }
 
@@ -42,7 +40,7 @@ def test_bad_arguments(prefix, name):
     with pytest.raises(ValueError, match="writeable"):
         call(fn, out=ro)
     buf = np.zeros(64, np.uint8)  # out overlapping the input
-    src_dtype = {"f16_to_f32": np.uint16, "bf16_to_f32": np.uint16, "dequant_u8": np.uint8}.get(name, np.float32)
+    src_dtype = {"f16_to_f32": np.uint16, "bf16_to_f32": np.uint16}.get(name, np.float32)
     src = buf[: 8 * np.dtype(src_dtype).itemsize].view(src_dtype)
     out = buf[4 : 4 + 8 * np.dtype(out_dtype).itemsize].view(out_dtype)
     with pytest.raises(ValueError, match="overlap"):
@@ -51,17 +49,21 @@ def test_bad_arguments(prefix, name):
 
 @pytest.mark.parametrize("prefix", ["np_", pytest.param("c_", marks=needs_c)])
 def test_bad_arguments_rows_and_geglu(prefix):
-    rows, geglu = version(prefix, "dequant_u8_rows"), version(prefix, "geglu")
-    q, s, z = np.zeros((4, 6), np.uint8), np.ones(4, np.float32), np.zeros(4, np.float32)
-    rows(q, s, z, np.zeros((4, 6), np.float32))
-    with pytest.raises(ValueError, match="2 dims"):
-        rows(q.ravel(), s, z, np.zeros(24, np.float32))
-    with pytest.raises(ValueError, match="scale"):
-        rows(q, s[:3], z, np.zeros((4, 6), np.float32))
-    with pytest.raises(ValueError, match="dtype"):
-        rows(q, s.astype(np.float64), z, np.zeros((4, 6), np.float32))
-    with pytest.raises(ValueError, match="size"):
-        rows(q, s, z, np.zeros((4, 5), np.float32))
+    s, z = np.ones(4, np.float32), np.zeros(4, np.float32)
+    for name, src_dtype, out_dtype in (("dequant_u8_rows", np.uint8, np.float32), ("quant_u8_rows", np.float32, np.uint8)):
+        rows, src = version(prefix, name), np.zeros((4, 6), src_dtype)
+        rows(src, s, z, np.zeros((4, 6), out_dtype))
+        with pytest.raises(ValueError, match="2 dims"):
+            rows(src.ravel(), s, z, np.zeros(24, out_dtype))
+        with pytest.raises(ValueError, match="scale"):
+            rows(src, s[:3], z, np.zeros((4, 6), out_dtype))
+        with pytest.raises(ValueError, match="dtype"):
+            rows(src, s.astype(np.float64), z, np.zeros((4, 6), out_dtype))
+        with pytest.raises(ValueError, match="dtype"):
+            rows(src, s, z, np.zeros((4, 6), src_dtype))
+        with pytest.raises(ValueError, match="size"):
+            rows(src, s, z, np.zeros((4, 5), out_dtype))
+    geglu = version(prefix, "geglu")
     p = np.zeros((3, 10), np.float32)
     geglu(p, np.zeros((3, 5), np.float32))
     with pytest.raises(ValueError, match="shape"):

@@ -185,24 +185,6 @@ def test_dequant_u8_rows_c_vs_numpy():
     assert_same_bits(a, b)
 
 
-@impls("dequant_u8")
-@pytest.mark.parametrize("scale,zero", [(0.0123, 128.0), (1 / 3, 127.3), (-2.5e-3, 0.0), (7.0, 255.0)])
-def test_dequant_u8(fn, scale, zero):
-    q = np.arange(256, dtype=np.uint8).repeat(3)
-    out = fn(q, scale, zero, np.empty(q.size, np.float32))
-    assert_same_bits(out, ref_dequant(q, np.float32(scale), np.float32(zero)))
-    assert_same_bits(out, (q.astype(np.float32) - np.float32(zero)) * np.float32(scale))
-
-
-@needs_c
-@pytest.mark.parametrize("n", SIZES)
-def test_dequant_u8_c_vs_numpy(n):
-    q = rng(n).integers(0, 256, n, dtype=np.uint8)
-    a = conversions.c_dequant_u8(q, 0.0371, 131.5, np.empty(n, np.float32))
-    b = conversions.np_dequant_u8(q, np.float32(0.0371), np.float32(131.5), np.empty(n, np.float32))
-    assert_same_bits(a, b)
-
-
 def ref_quant(x, scale, zero):
     """float64 emulation of clip(rint(f32(x / scale)) + zero, 0, 255) -> uint8, NaN -> zero point."""
     v = f32_op(x, scale, np.divide).astype(np.float64)
@@ -229,48 +211,63 @@ def quant_inputs(scale):
 QUANT_PARAMS = [(0.0234, 128.0), (1.0, 0.0), (0.5, 127.6), (3e-5, 255.0), (0.1, -3.0), (1e-3, 300.0)]
 
 
-@impls("quant_u8")
+def row_params(*pairs):
+    """scale and zero arrays, one value per row."""
+    return np.array([s for s, _ in pairs], np.float32), np.array([z for _, z in pairs], np.float32)
+
+
+@impls("quant_u8_rows")
 @pytest.mark.parametrize("scale,zero", QUANT_PARAMS)
-def test_quant_u8_vs_reference(fn, scale, zero):
-    x = quant_inputs(scale)
-    out = fn(x, scale, zero, np.empty(x.size, np.uint8))
+def test_quant_u8_rows_vs_reference(fn, scale, zero):
+    x = quant_inputs(scale)[None]
+    out = np.empty(x.shape, np.uint8)
+    assert fn(x, *row_params((scale, zero)), out) is out
     want = ref_quant(x, scale, zero)
     bad = np.flatnonzero(out != want)
-    assert bad.size == 0, f"x={x[bad[0]]!r}: {out[bad[0]]} != {want[bad[0]]}"
+    assert bad.size == 0, f"x={x.flat[bad[0]]!r}: {out.flat[bad[0]]} != {want.flat[bad[0]]}"
 
 
-def test_quant_u8_numpy_fallback_formula():
+@impls("quant_u8_rows")
+def test_quant_u8_rows_each_row_has_its_own_scale_and_zero(fn):
+    x = np.stack([quant_inputs(s)[:50_000] for s, _ in QUANT_PARAMS])
+    scale, zero = row_params(*QUANT_PARAMS)
+    out = fn(x, scale, zero, np.empty(x.shape, np.uint8))
+    assert np.array_equal(out, ref_quant(x, scale[:, None], zero[:, None]))
+
+
+def test_quant_u8_rows_numpy_fallback_formula():
     x = quant_inputs(0.0234)
     x = x[np.isfinite(x)]
     s, z = np.float32(0.0234), np.float32(128.0)
     with np.errstate(all="ignore"):
         want = np.clip(np.rint(x / s) + z, 0, 255).astype(np.uint8)
-    assert np.array_equal(conversions.np_quant_u8(x, 0.0234, 128.0, np.empty(x.size, np.uint8)), want)
+    got = conversions.np_quant_u8_rows(x[None], *row_params((0.0234, 128.0)), np.empty((1, x.size), np.uint8))
+    assert np.array_equal(got[0], want)
 
 
-@impls("quant_u8")
-def test_quant_u8_nan_is_zero_point(fn):
-    x = np.array([np.nan, -np.nan, 1.0], np.float32)
-    assert list(fn(x, 0.5, 100.0, np.empty(3, np.uint8))) == [100, 100, 102]
-    assert list(fn(x, 0.5, 99.7, np.empty(3, np.uint8))) == [99, 99, 101]
+@impls("quant_u8_rows")
+def test_quant_u8_rows_nan_is_zero_point(fn):
+    x = np.array([[np.nan, -np.nan, 1.0], [np.nan, -np.nan, 1.0]], np.float32)
+    out = fn(x, *row_params((0.5, 100.0), (0.5, 99.7)), np.empty((2, 3), np.uint8))
+    assert out.tolist() == [[100, 100, 102], [99, 99, 101]]
 
 
 @needs_c
-@pytest.mark.parametrize("scale,zero", QUANT_PARAMS)
 @pytest.mark.parametrize("n", SIZES)
-def test_quant_u8_c_vs_numpy(n, scale, zero):
-    x = (rng(n).standard_normal(n) * 150 * scale).astype(np.float32)
-    a = conversions.c_quant_u8(x, scale, zero, np.empty(n, np.uint8))
-    b = conversions.np_quant_u8(x, scale, zero, np.empty(n, np.uint8))
+def test_quant_u8_rows_c_vs_numpy(n):
+    scale, zero = row_params(*QUANT_PARAMS)
+    x = (rng(n).standard_normal((len(QUANT_PARAMS), n)) * 150 * scale[:, None]).astype(np.float32)
+    a = conversions.c_quant_u8_rows(x, scale, zero, np.empty(x.shape, np.uint8))
+    b = conversions.np_quant_u8_rows(x, scale, zero, np.empty(x.shape, np.uint8))
     assert np.array_equal(a, b)
 
 
 def test_quant_dequant_round_trip():
-    x = np.linspace(-1, 1, 10001, dtype=np.float32)
-    scale, zero = 2 / 254, 127.0
-    q = conversions.quant_u8(x, scale, zero, np.empty(x.size, np.uint8))
-    back = conversions.dequant_u8(q, scale, zero, np.empty(x.size, np.float32))
-    assert np.abs(back - x).max() <= scale / 2 + 1e-6
+    x = np.stack([np.linspace(-1, 1, 10001, dtype=np.float32), np.linspace(-30, 2, 10001, dtype=np.float32)])
+    scale, zero = row_params((2 / 254, 127.0), (32 / 255, 239.0))
+    q = conversions.quant_u8_rows(x, scale, zero, np.empty(x.shape, np.uint8))
+    back = conversions.dequant_u8_rows(q, scale, zero, np.empty(x.shape, np.float32))
+    assert (np.abs(back - x) <= scale[:, None] / 2 + 1e-6).all()
 
 
 # ---------------------------------------------------------------- taps_first

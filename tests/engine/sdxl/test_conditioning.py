@@ -17,7 +17,7 @@ from conftest import pcc
 from engine.errors import InputError, ModelFileError
 from engine.sdxl import Conditioning, TextEncoders
 from tiny_models import make_text_model
-from tokenizer_files import reference_tokenizers
+from tokenizer_files import PAD_TOKENS, reference_tokenizers, write_saved_tokenizer
 
 # Single-token words, so a prompt of n words is n tokens in both tokenizers.
 WORDS = ("cat dog red blue tree house sky sun moon star car road city river lake hill rock sand sea "
@@ -254,6 +254,18 @@ def test_standard_vocabulary_replaces_missing_tokenizer_folders(tiny, encoders, 
         got = te.encode("a photo of a cat!! 😀", "blurry!")
     for g, e in zip(as_list(got), as_list(encoders.encode("a photo of a cat!! 😀", "blurry!"))):
         assert np.array_equal(g, e)
+
+
+def test_tokenizer_folders_with_only_tokenizer_json_encode_as_diffusers(tiny, tmp_path):
+    model = tmp_path / "model"
+    for name in ("text_encoder", "text_encoder_2"):
+        shutil.copytree(tiny[0] / name, model / name)
+    for name, pad in PAD_TOKENS.items():
+        write_saved_tokenizer(model / name, pad)
+    with TextEncoders.load(model, cache=False) as te:
+        got = te.encode("a photo of a cat!! 😀", "blurry!")
+    for g, e in zip(as_list(got), diffusers_encode(tiny[1], "a photo of a cat!! 😀", "blurry!")):
+        assert pcc(g, e) >= 0.99999
 
 
 def test_missing_model_folders_are_named(tiny, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import signal
 import subprocess
 import sys
@@ -272,6 +273,23 @@ def test_a_bad_request_with_restart_keeps_the_checkpoints(tiny_sdxl, tmp_path):
     with pytest.raises(InputError, match="multiple of 8"):
         generate_in(root, tmp_path, width=100, restart=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_tokenizer_folders_saved_by_current_transformers_are_used(tmp_path):
+    from engine.sdxl.random_model import write_random_model
+    from tokenizer_files import write_saved_tokenizer, write_tokenizer
+
+    demo = write_random_model(tmp_path / "demo")      # no tokenizer folders: the bundled vocabulary
+    latents = {}
+    for kind, write in (("saved", write_saved_tokenizer), ("legacy", write_tokenizer)):
+        model = tmp_path / kind
+        shutil.copytree(demo, model)
+        for name in ("tokenizer", "tokenizer_2"):   # tokenizer_2 padding with EOS: not the bundled vocabulary's "!"
+            write(model / name, "<|endoftext|>")
+        latents[kind] = Pipeline.load(model).generate("a cat!", steps=1, seed=1, width=64, height=64).latents
+    bundled = Pipeline.load(demo).generate("a cat!", steps=1, seed=1, width=64, height=64).latents
+    assert np.array_equal(latents["saved"], latents["legacy"])
+    assert not np.array_equal(latents["saved"], bundled)
 
 
 def test_an_incomplete_model_folder_names_what_is_missing(tmp_path):

@@ -7,11 +7,13 @@ import random
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
 from transformers import CLIPTokenizer
 
 from engine.errors import ModelFileError
 from engine.sdxl.tokenizer import ClipTokenizer, sdxl_tokenizers
-from tokenizer_files import write_tokenizer
+from tokenizer_files import write_saved_tokenizer, write_tokenizer
 
 HANDWRITTEN = [
     "", " ", "   \t\n  ", "a photo of a cat", "A Photo Of A CAT", "a photo of a cat!", "hello!!! world!",
@@ -61,12 +63,17 @@ def generated_prompts(n: int, seed: int = 1234) -> list[str]:
 CORPUS = HANDWRITTEN + generated_prompts(200)
 
 
-@pytest.fixture(scope="module", params=["legacy", "current"])
+@pytest.fixture(scope="module", params=["legacy", "current", "saved"])
 def folders(request, tmp_path_factory):
-    """tokenizer/ and tokenizer_2/ as SDXL base ships them (legacy) and as newer transformers writes them."""
+    """tokenizer/ and tokenizer_2/ as SDXL base ships them (legacy), with the configs newer
+    transformers writes (current), and as the installed transformers saves them (saved:
+    tokenizer.json only)."""
     root = tmp_path_factory.mktemp(f"tokenizers-{request.param}")
     for name, pad in (("tokenizer", "<|endoftext|>"), ("tokenizer_2", "!")):
-        write_tokenizer(root / name, pad, legacy_format=request.param == "legacy")
+        if request.param == "saved":
+            write_saved_tokenizer(root / name, pad)
+        else:
+            write_tokenizer(root / name, pad, legacy_format=request.param == "legacy")
     return root
 
 
@@ -101,11 +108,11 @@ def test_bundled_vocabulary_gives_the_same_ids_as_sdxl_base_folders(tmp_path, na
         assert standard(text).tolist() == want, text
 
 
-@pytest.mark.parametrize("source", ["folders", "bundled"])
+@pytest.mark.parametrize("source", ["folders", "saved", "bundled"])
 def test_sdxl_pair_sharing_one_bpe_model_keeps_each_tokenizers_ids(tmp_path, source):
     for name, pad in (("tokenizer", "<|endoftext|>"), ("tokenizer_2", "!")):
-        write_tokenizer(tmp_path / name, pad)
-    pair = sdxl_tokenizers(tmp_path if source == "folders" else None)
+        (write_saved_tokenizer if source == "saved" else write_tokenizer)(tmp_path / name, pad)
+    pair = sdxl_tokenizers(None if source == "bundled" else tmp_path)
     for name, ours in zip(("tokenizer", "tokenizer_2"), pair):
         ref = CLIPTokenizer.from_pretrained(tmp_path / name)
         expected = ref(CORPUS, padding="max_length", max_length=77, truncation=True).input_ids
@@ -145,11 +152,9 @@ def test_missing_tokenizer_files_name_the_folder(tmp_path):
         ClipTokenizer.from_folder(tmp_path / "tokenizer_2")
 
 
-def test_broken_tokenizer_files_are_reported(folders, tmp_path):
+def test_broken_tokenizer_files_are_reported(tmp_path):
     bad = tmp_path / "tokenizer"
-    bad.mkdir()
-    (bad / "vocab.json").write_text((folders / "tokenizer" / "vocab.json").read_text())
-    (bad / "merges.txt").write_text((folders / "tokenizer" / "merges.txt").read_text())
+    write_tokenizer(bad, "<|endoftext|>")
     (bad / "tokenizer_config.json").write_text("{not json")
     with pytest.raises(ModelFileError, match="tokenizer_config.json: not valid JSON"):
         ClipTokenizer.from_folder(bad)
@@ -160,3 +165,25 @@ def test_broken_tokenizer_files_are_reported(folders, tmp_path):
     (bad / "vocab.json").write_text(json.dumps({"a": 0, "b": 1}))
     with pytest.raises(ModelFileError, match=r"tokenizer: (cannot read|the vocabulary has no token)"):
         ClipTokenizer.from_folder(bad)
+
+
+def test_broken_or_foreign_tokenizer_json_is_reported(tmp_path):
+    folder = tmp_path / "tokenizer"
+    write_saved_tokenizer(folder, "<|endoftext|>")
+    saved = folder / "tokenizer.json"
+    saved.write_text(saved.read_text()[:1000])
+    with pytest.raises(ModelFileError, match=r"tokenizer/tokenizer.json: cannot read it .*copy it again"):
+        ClipTokenizer.from_folder(folder)
+    Tokenizer(WordLevel({"a": 0, "<|endoftext|>": 1}, unk_token="<|endoftext|>")).save(str(saved))
+    with pytest.raises(ModelFileError, match=r"tokenizer.json: a WordLevel tokenizer; .* CLIP's BPE"):
+        ClipTokenizer.from_folder(folder)
+
+
+def test_tokenizer_json_takes_the_added_tokens_and_max_length_of_its_folder(tmp_path):
+    folder = tmp_path / "tokenizer_2"
+    write_saved_tokenizer(folder, "!")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps(dict(config, model_max_length=40)))
+    ours = ClipTokenizer.from_folder(folder)
+    assert (ours.pad_id, ours.max_length) == (0, 40)
+    assert ours.tokenize("hi! yes!!") == [1883, 0, 1958, 0, 0]
