@@ -53,6 +53,7 @@ class Job:
     preset: str
     lora: str | None = None
     lora_weight: float = 1.0
+    decoder: str = "full"     # "tiny": the model's vae_tiny/ decodes the picture (config model.decoder)
     requested: bool = False
     created: str = ""
 

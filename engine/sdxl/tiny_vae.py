@@ -137,6 +137,21 @@ class TinyVAEDecoder(StreamedModel):
         return to_image(x)
 
 
+def tiny_vae_problem(folder: str | Path, latent_channels: int = 4) -> str | None:
+    """Why `folder` cannot decode SDXL's latents (`latent_channels` of them) as a tiny
+    decoder, in words for a log line (what was expected, where it looked); None if it can.
+    Reads the config and the weights' header only."""
+    try:
+        with TinyVAEDecoder.load(folder) as tiny:
+            channels = tiny.config.latent_channels
+    except ModelFileError as e:
+        return str(e)
+    if channels != latent_channels:
+        return (f"{folder}: a tiny decoder of {channels}-channel latents (taesd3 or taef1?); SDXL's latents have "
+                f"{latent_channels}: use madebyollin/taesdxl")
+    return None
+
+
 # -- the layers as row producers ------------------------------------------------
 #
 # A layer's output for one picture is (channels, height, width). The last layer is asked

@@ -26,6 +26,7 @@ from frame.display.panels import PANELS
 from frame.themes import ORDERS
 
 PRESETS = ("default", "rpi", "rpi-lowmem")
+DECODERS = ("full", "tiny")    # engine.sdxl.pipeline.DECODERS, without importing the engine
 ACTIONS = ("skip", "regenerate", "previous", "next", "latest", "status", "none")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_GPIO = 27
@@ -52,6 +53,8 @@ TOP = (
 MODEL = (
     Key("path", FilePath("folder"), "the SDXL model folder (see `slowframe models import`)"),
     Key("preset", OneOf(PRESETS), "the engine's memory preset"),
+    Key("decoder", OneOf(DECODERS), "what turns a finished picture's latents into pixels: full (the model's VAE) "
+                                    "or tiny (its vae_tiny/: seconds instead of minutes)"),
 )
 HISTORY = (
     Key("folder", FilePath("folder"), "where shown pictures are kept (default: <state directory>/history)"),

@@ -25,6 +25,7 @@ LARGE_PANEL_BUTTON_C = 25
 class ModelSettings:
     path: Path = DEFAULT_MODEL_PATH
     preset: str = "rpi-lowmem"
+    decoder: str = "full"       # or "tiny": the model's vae_tiny/ decodes the finished pictures
 
 
 @dataclass(frozen=True)
