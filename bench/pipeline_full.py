@@ -17,6 +17,7 @@ bench/text_full.py, assembled with symlinks into
 
     python bench/pipeline_full.py                 # in the cgroup when root
     python bench/pipeline_full.py --no-cgroup --steps 1
+    python bench/pipeline_full.py --steps 1 --decoder tiny   # the tiny decoder (bench/tiny_vae.py's) decodes
 
 Not run in CI.
 """
@@ -123,6 +124,11 @@ def run(args: argparse.Namespace, procs: Path | None) -> tuple[int, dict]:
             "--preset", args.preset, "--res", "1024x1024", "--steps", str(args.steps), "--guidance", "5",
             "--seed", "1", "--output", str(work / "out.png"), "--checkpoint-dir", str(work / "ckpt"),
             "--restart", "--json"]
+    if args.decoder == "tiny":
+        import tiny_vae
+
+        tiny_vae.ensure_weights()
+        argv += ["--decoder", "tiny", "--tiny-vae", str(tiny_vae.TINY_DIR)]
     cmd = [sys.executable, str(Path(__file__).resolve()), "_child", str(result), json.dumps(argv)]
     if procs is not None:
         cmd = in_cgroup(cmd, procs)
@@ -145,6 +151,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--preset", default="rpi-lowmem")
     p.add_argument("--no-cgroup", action="store_true")
+    p.add_argument("--decoder", choices=("full", "tiny"), default="full",
+                   help="tiny: bench/tiny_vae.py's random TAESDXL decodes the picture instead of the tiled VAE")
     args = p.parse_args(argv)
 
     log(f"engine kernels: {require_c_kernels()}")
@@ -177,7 +185,7 @@ def main(argv=None) -> int:
     pi_compute_h = 10 * evals_per_step * UNET_TFLOP * 1e3 / PI_SGEMM_GFLOPS / 3600
     pi_io_h = 10 * evals_per_step * UNET_READ_GB * 1e3 / PI_READ_MB_S / 3600
     log("")
-    log(f"preset {args.preset}, 1024x1024, {args.steps} steps, guidance 5 (split CFG: {evals_per_step} UNet "
+    log(f"preset {args.preset}, decoder {args.decoder}, 1024x1024, {args.steps} steps, guidance 5 (split CFG: {evals_per_step} UNet "
         f"evaluations per step), whole run {wall:.0f} s")
     log(f"peak RSS of the run: {res['peak_rss_bytes'] / MB:.1f} MB (target <= 250 MB)"
         + (f"; in the 256 MiB cgroup: {describe_cgroup(cg, rc)}" if cg else ""))

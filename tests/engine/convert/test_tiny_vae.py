@@ -9,7 +9,6 @@ import shutil
 import numpy as np
 import pytest
 
-from engine.convert.importer import import_model
 from engine.convert.manifest import MANIFEST
 from engine.convert.tiny_vae import import_tiny_vae
 from engine.convert.verify import verify_model
@@ -29,17 +28,9 @@ def taesdxl(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def model(tiny_single_file, tmp_path_factory):
-    """An imported model without a tiny decoder (copy it before adding one)."""
-    dest = tmp_path_factory.mktemp("imported") / "tiny-sdxl"
-    import_model(tiny_single_file.sgm, dest, log=lambda *_: None)
-    return dest
-
-
-def fresh_model(model, tmp_path):
+def fresh_model(imported, tmp_path):
     copy = tmp_path / "model"
-    shutil.copytree(model, copy)
+    shutil.copytree(imported, copy)
     return copy
 
 
@@ -65,8 +56,8 @@ def decoder_only_file(src, path):
     return path
 
 
-def test_cli_adds_a_tiny_decoder_to_a_model_that_verify_then_checks(taesdxl, model, tmp_path, capsys):
-    dest = fresh_model(model, tmp_path)
+def test_cli_adds_a_tiny_decoder_to_a_model_that_verify_then_checks(taesdxl, imported, tmp_path, capsys):
+    dest = fresh_model(imported, tmp_path)
     assert main(["models", "import", "--tiny-vae", str(taesdxl), str(dest)]) == 0
     assert "vae_tiny" in capsys.readouterr().out
     assert sorted(p.name for p in (dest / "vae_tiny").iterdir()) == ["config.json", SOURCE_WEIGHTS]
@@ -87,15 +78,15 @@ def test_import_with_a_tiny_decoder_in_one_command(tiny_single_file, taesdxl, tm
     assert main(["models", "verify", str(dest)]) == 0
 
 
-def test_the_decoder_file_of_taesds_own_repository_is_taken_in(taesdxl, model, tmp_path):
-    dest = fresh_model(model, tmp_path)
+def test_the_decoder_file_of_taesds_own_repository_is_taken_in(taesdxl, imported, tmp_path):
+    dest = fresh_model(imported, tmp_path)
     single = decoder_only_file(taesdxl, tmp_path / "taesdxl_decoder.safetensors")
     import_tiny_vae(single, dest, log=lambda *_: None)
     assert np.array_equal(decoded(dest / "vae_tiny"), decoded(taesdxl))
 
 
-def test_verify_refuses_a_damaged_tiny_decoder(taesdxl, model, tmp_path, capsys):
-    dest = fresh_model(model, tmp_path)
+def test_verify_refuses_a_damaged_tiny_decoder(taesdxl, imported, tmp_path, capsys):
+    dest = fresh_model(imported, tmp_path)
     import_tiny_vae(taesdxl, dest, log=lambda *_: None)
     weights = dest / "vae_tiny" / SOURCE_WEIGHTS
     data = bytearray(weights.read_bytes())
@@ -118,34 +109,34 @@ def test_a_plain_diffusers_folder_gets_one_too(taesdxl, tiny_single_file, tmp_pa
 # -- bad input -------------------------------------------------------------------
 
 
-def test_the_full_vae_is_refused_naming_what_was_expected(tiny_single_file, model, tmp_path, capsys):
-    dest = fresh_model(model, tmp_path)
+def test_the_full_vae_is_refused_naming_what_was_expected(tiny_single_file, imported, tmp_path, capsys):
+    dest = fresh_model(imported, tmp_path)
     assert main(["models", "import", "--tiny-vae", str(tiny_single_file.folder / "vae"), str(dest)]) == 1
     err = capsys.readouterr().err
     assert "_class_name is 'AutoencoderKL'; the tiny decoder needs an AutoencoderTiny" in err
     assert "Traceback" not in err and not (dest / "vae_tiny").exists()
 
 
-def test_a_decoder_file_of_other_shapes_names_the_tensor(taesdxl, model, tmp_path):
+def test_a_decoder_file_of_other_shapes_names_the_tensor(taesdxl, imported, tmp_path):
     narrow = tmp_path / "narrow"
     make_tiny_vae(narrow, decoder_block_out_channels=(16,) * 4)
     single = decoder_only_file(narrow, tmp_path / "taesd_decoder.safetensors")
-    dest = fresh_model(model, tmp_path)
+    dest = fresh_model(imported, tmp_path)
     with pytest.raises(ModelFileError, match=r"tensor '1.weight' has shape \[16, 4, 3, 3\], TAESDXL's decoder needs "
                                          r"\[64, 4, 3, 3\]"):
         import_tiny_vae(single, dest, log=lambda *_: None)
     assert not (dest / "vae_tiny").exists()
 
 
-def test_a_latent_space_of_16_channels_is_refused(model, tmp_path):
+def test_a_latent_space_of_16_channels_is_refused(imported, tmp_path):
     flux = tmp_path / "taef1"
     make_tiny_vae(flux, latent_channels=16)
     with pytest.raises(ModelFileError, match=r"16-channel latents \(taesd3 or taef1\?\).*madebyollin/taesdxl"):
-        import_tiny_vae(flux, fresh_model(model, tmp_path), log=lambda *_: None)
+        import_tiny_vae(flux, fresh_model(imported, tmp_path), log=lambda *_: None)
 
 
-def test_missing_source_and_existing_tiny_decoder(taesdxl, model, tmp_path, capsys):
-    dest = fresh_model(model, tmp_path)
+def test_missing_source_and_existing_tiny_decoder(taesdxl, imported, tmp_path, capsys):
+    dest = fresh_model(imported, tmp_path)
     assert main(["models", "import", "--tiny-vae", str(tmp_path / "nowhere"), str(dest)]) == 1
     assert "nowhere: no such file or folder; expected a tiny decoder (madebyollin/taesdxl" in capsys.readouterr().err
     import_tiny_vae(taesdxl, dest, log=lambda *_: None)
@@ -153,6 +144,6 @@ def test_missing_source_and_existing_tiny_decoder(taesdxl, model, tmp_path, caps
     assert "has a tiny decoder already; remove that folder first" in capsys.readouterr().err
 
 
-def test_one_folder_without_tiny_vae_asks_for_dest(model, capsys):
-    assert main(["models", "import", str(model)]) == 1
+def test_one_folder_without_tiny_vae_asks_for_dest(imported, capsys):
+    assert main(["models", "import", str(imported)]) == 1
     assert "give the model folder to create" in capsys.readouterr().err
