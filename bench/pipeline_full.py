@@ -116,7 +116,7 @@ def child(argv: list[str], result: Path) -> int:
 
 
 def run(args: argparse.Namespace, procs: Path | None) -> tuple[int, dict]:
-    work = CACHE / "pipeline-run"
+    work = CACHE / ("pipeline-run" if args.decoder == "full" else f"pipeline-run-{args.decoder}")
     work.mkdir(parents=True, exist_ok=True)
     result = work / "result.json"
     result.unlink(missing_ok=True)
@@ -168,7 +168,8 @@ def main(argv=None) -> int:
         rc, res = run(args, None)
         cg = None
     else:
-        rc, res, cg = run_in_cgroup(lambda procs: run(args, procs), CGROUP_NAME)
+        name = CGROUP_NAME if args.decoder == "full" else f"{CGROUP_NAME}-{args.decoder}"   # runs side by side
+        rc, res, cg = run_in_cgroup(lambda procs: run(args, procs), name)
         log(f"[cgroup] {describe_cgroup(cg, rc)}")
     wall = time.perf_counter() - started
     done = [e for e in res.get("events", []) if e["event"] == "done"]
@@ -185,7 +186,8 @@ def main(argv=None) -> int:
     pi_compute_h = 10 * evals_per_step * UNET_TFLOP * 1e3 / PI_SGEMM_GFLOPS / 3600
     pi_io_h = 10 * evals_per_step * UNET_READ_GB * 1e3 / PI_READ_MB_S / 3600
     log("")
-    log(f"preset {args.preset}, decoder {args.decoder}, 1024x1024, {args.steps} steps, guidance 5 (split CFG: {evals_per_step} UNet "
+    log(f"preset {args.preset}, decoder {args.decoder}, 1024x1024, {args.steps} steps, guidance 5 "
+        f"(split CFG: {evals_per_step} UNet "
         f"evaluations per step), whole run {wall:.0f} s")
     log(f"peak RSS of the run: {res['peak_rss_bytes'] / MB:.1f} MB (target <= 250 MB)"
         + (f"; in the 256 MiB cgroup: {describe_cgroup(cg, rc)}" if cg else ""))

@@ -225,7 +225,9 @@ class Pipeline:
         release_free_memory()        # each stage's peak, not the sum: the UNet is gone, the VAE comes
         image = self.decode(latents, tiled=tiled, cancel=cancel, decoder=decoder)
         timings = {"seconds_per_step": run.seconds_per_step(), "checkpoint_seconds": round(run.checkpoint_seconds, 4)}
-        meta = {**settings.to_dict(), "model_name": self.root.name, **({"decoder": "tiny"} if decoder == "tiny" else {})}
+        meta = {**settings.to_dict(), "model_name": self.root.name}
+        if decoder == "tiny":        # the full VAE's pictures keep the metadata they always had
+            meta["decoder"] = "tiny"
         return Result(image, latents, meta, timings, run.resumed_from)
 
     def decode(self, latents: np.ndarray, tiled: bool = True, cancel: threading.Event | None = None,

@@ -11,15 +11,17 @@ vae.config.scaling_factor)` whichever autoencoder they hold). `decode` gives wha
 `AutoencoderTiny.decode` gives: tanh(z / 3) * 3 in, the decoder's [0, 1] output
 mapped to [-1, 1] out, not clipped; `to_image` clips it.
 
-Why bands: the last stage works on 64 channels at full resolution, 256 MB as one fp32
+Why bands: the last stage works on 64 channels at full resolution, 268 MB as one fp32
 tensor at 1024x1024. Here every layer's output is made top to bottom, a band of rows
-at a time, and only the rows the next band still needs are kept: a 3x3 conv needs one
-row of its input beyond each side of the rows it makes, a block (three convs) three,
-and the nearest 2x upsampling halves row numbers. Those halos are the receptive field
-taken layer by layer, so no row is computed twice (beyond a row or two per conv and
-band), and a banded decode equals a one-band decode bit for bit: every conv reads a
-slice that starts at an even row, so its Winograd 2x2 tiles pair the rows exactly as
-a whole-image conv does (see decode).
+at a time, and only the rows some later band still needs are kept: a 3x3 conv needs
+one row of its input beyond each side of the rows it makes, a block (three convs)
+three, and the nearest 2x upsampling halves row numbers. Those halos are the receptive
+field taken layer by layer, so no row is computed twice (beyond a row or two per conv
+and band), and a banded decode is the one-band decode up to rounding: every conv reads
+a slice that starts at an even row, so its Winograd 2x2 tiles pair the rows as a
+whole-image conv does, and what remains is OpenBLAS's sgemm, whose rounding of a
+column depends on the width of the matrix (a few ulp; tests/engine/sdxl/test_tiny_vae.py).
+A 1024x1024 decode holds about 90 MB of arrays (bench/RESULTS.md#tiny-decoder).
 
 The decoder's weights (about 5 MB as fp32) are kept in RAM for the whole decode,
 whatever the preset's provider: every band uses every weight, and reading them again
@@ -95,9 +97,8 @@ class TinyVAEDecoder(StreamedModel):
         """Decode z = latents / scaling_factor, (B, C, h, w) -> (B, 3, scale*h, scale*w) float32.
 
         A band of `band_latents` latent rows (default: rows_per_band) at a time; a band of
-        h rows or more decodes the picture in one piece. Every band's rows come out the
-        same as in one piece, to the last bit, where the convs take the same path (the
-        Winograd one wherever a band is 64 2x2 tiles or more: always at SDXL's sizes)."""
+        h rows or more decodes the picture in one piece. Every band's rows come out as in
+        one piece up to the last bits of rounding (see the module's notes)."""
         z = check_latents(z, self.config.latent_channels)
         B, _, h, w = z.shape
         rows = band_latents if band_latents is not None else self.rows_per_band(w)
