@@ -161,7 +161,7 @@ def main(argv=None) -> int:
 
     cases = [run_tiny(latent, b, f"tiny-bands{b or 'auto'}") for b in bands]
     half = run_tiny(latent, 0, "tiny-half", pool=2)
-    why = None if args.no_cgroup else cgroup_unavailable_reason()
+    why = "--no-cgroup" if args.no_cgroup else cgroup_unavailable_reason()
     cg = None
     if why:
         log(f"[cgroup] not used: {why}")
