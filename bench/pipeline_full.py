@@ -17,6 +17,7 @@ bench/text_full.py, assembled with symlinks into
 
     python bench/pipeline_full.py                 # in the cgroup when root
     python bench/pipeline_full.py --no-cgroup --steps 1
+    python bench/pipeline_full.py --steps 1 --decoder tiny   # the tiny decoder (bench/tiny_vae.py's) decodes
 
 Not run in CI.
 """
@@ -112,7 +113,7 @@ def child(argv: list[str], result: Path) -> int:
 
 
 def run(args: argparse.Namespace, procs: Path | None) -> tuple[int, dict]:
-    work = CACHE / "pipeline-run"
+    work = CACHE / ("pipeline-run" if args.decoder == "full" else f"pipeline-run-{args.decoder}")
     work.mkdir(parents=True, exist_ok=True)
     result = work / "result.json"
     result.unlink(missing_ok=True)
@@ -120,6 +121,11 @@ def run(args: argparse.Namespace, procs: Path | None) -> tuple[int, dict]:
             "--preset", args.preset, "--res", "1024x1024", "--steps", str(args.steps), "--guidance", "5",
             "--seed", "1", "--output", str(work / "out.png"), "--checkpoint-dir", str(work / "ckpt"),
             "--restart", "--json"]
+    if args.decoder == "tiny":
+        import tiny_vae
+
+        tiny_vae.ensure_weights()
+        argv += ["--decoder", "tiny", "--tiny-vae", str(tiny_vae.TINY_DIR)]
     cmd = [sys.executable, str(Path(__file__).resolve()), "_child", str(result), json.dumps(argv)]
     if procs is not None:
         cmd = in_cgroup(cmd, procs)
@@ -142,6 +148,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--preset", default="rpi-lowmem")
     p.add_argument("--no-cgroup", action="store_true")
+    p.add_argument("--decoder", choices=("full", "tiny"), default="full",
+                   help="tiny: bench/tiny_vae.py's random TAESDXL decodes the picture instead of the tiled VAE")
     args = p.parse_args(argv)
 
     log(f"engine kernels: {require_c_kernels()}")
@@ -157,7 +165,8 @@ def main(argv=None) -> int:
         rc, res = run(args, None)
         cg = None
     else:
-        rc, res, cg = run_in_cgroup(lambda procs: run(args, procs), CGROUP_NAME)
+        name = CGROUP_NAME if args.decoder == "full" else f"{CGROUP_NAME}-{args.decoder}"   # runs side by side
+        rc, res, cg = run_in_cgroup(lambda procs: run(args, procs), name)
         log(f"[cgroup] {describe_cgroup(cg, rc)}")
     wall = time.perf_counter() - started
     done = [e for e in res.get("events", []) if e["event"] == "done"]
@@ -172,7 +181,8 @@ def main(argv=None) -> int:
     evals_per_step = 2
     here_gflops = UNET_TFLOP * 1e3 * evals_per_step / step_s
     log("")
-    log(f"preset {args.preset}, 1024x1024, {args.steps} steps, guidance 5 (split CFG: {evals_per_step} UNet "
+    log(f"preset {args.preset}, decoder {args.decoder}, 1024x1024, {args.steps} steps, guidance 5 "
+        f"(split CFG: {evals_per_step} UNet "
         f"evaluations per step), whole run {wall:.0f} s")
     log(f"peak RSS of the run: {res['peak_rss_bytes'] / MB:.1f} MB (target <= 250 MB)"
         + (f"; in the 256 MiB cgroup: {describe_cgroup(cg, rc)}" if cg else ""))

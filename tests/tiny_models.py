@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from diffusers import AutoencoderKL, StableDiffusionXLPipeline, UNet2DConditionModel
+from diffusers import AutoencoderKL, AutoencoderTiny, StableDiffusionXLPipeline, UNet2DConditionModel
 from diffusers.configuration_utils import FrozenDict
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
@@ -159,6 +159,24 @@ def make_unet(name: str, folder: Path, seed: int = 0) -> UNet2DConditionModel:
 def make_vae(name: str, folder: Path, seed: int = 0) -> AutoencoderKL:
     """Write tiny VAE `name` to `folder` (fp16 variant) and return its fp32 reference model."""
     return stored_fp16("vae", vae_kwargs(VAE_CONFIGS[name]), folder, seeds_alone(seed)["vae"])
+
+
+def make_tiny_vae(folder: Path, seed: int = 0, **changes: object) -> AutoencoderTiny:
+    """Write a random AutoencoderTiny of TAESDXL's architecture (its real sizes: 64 channels,
+    3-3-3-1 decoder blocks, 4.9 MB of decoder weights in fp32; `changes` alter its config)
+    to `folder` as fp16 diffusion_pytorch_model.safetensors, and return its fp32 reference.
+    Its pictures vary (standard deviation ~0.4 on 2.5-sigma latents)."""
+    folder = Path(folder)
+    if not (folder / "config.json").exists():
+        torch.manual_seed(seed)
+        model = AutoencoderTiny(**changes)
+        perturb_parameters(model, seed + 1)
+        with torch.no_grad():   # the default init fades the picture to one flat colour over 30 ReLU convs
+            for name, p in model.named_parameters():
+                if name.startswith("decoder.") and name.endswith(".weight"):
+                    p.mul_(1.5)
+        model.half().save_pretrained(folder)
+    return AutoencoderTiny.from_pretrained(folder, torch_dtype=torch.float16).float().eval()
 
 
 def make_text_model(root: Path, seed: int = 0, eos_token_id: int = 2) -> tuple[CLIPTextModel,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.convert import manifest as mf
 from engine.convert.layout import COMPONENTS, WEIGHT_FILES, expected_shapes
+from engine.convert.tiny_vae import FOLDER as TINY_VAE, WEIGHTS as TINY_WEIGHTS, check_tiny_vae
 from engine.errors import ModelFileError
 from engine.safetensors import PICKLE_SUFFIXES
 from engine.weights import Q_SCALE, Q_ZERO, TensorStore, read_config
@@ -58,6 +59,8 @@ def verify_model(root: str | Path, log=print) -> VerifyReport:
     tensors = 0
     for component in COMPONENTS:
         tensors += check_component(root / component, component)
+    if f"{TINY_VAE}/{TINY_WEIGHTS}" in listed:
+        tensors += check_tiny_vae(root)
     return VerifyReport(len(listed), total, tensors)
 
 

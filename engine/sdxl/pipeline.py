@@ -47,6 +47,7 @@ from engine.options import resolve
 from engine.png_text import one_line
 from engine.sdxl.conditioning import Conditioning, TextEncoders
 from engine.sdxl.samplers import SAMPLERS, NoiseSchedule, Sampler, SamplerState, draw_noise, make_sampler
+from engine.sdxl.tiny_vae import TinyVAEDecoder, tiny_vae_problem
 from engine.sdxl.unet import UNet
 from engine.sdxl.vae import VAEDecoder
 from engine.weights import find_weight_files
@@ -54,6 +55,8 @@ from engine.weights import find_weight_files
 log = logging.getLogger(__name__)
 
 COMPONENTS = ("unet", "vae", "text_encoder", "text_encoder_2")
+TINY_VAE = "vae_tiny"          # the tiny decoder's folder inside a model folder
+DECODERS = ("full", "tiny")
 SAMPLER_LABELS = {"euler": "Euler", "euler_a": "Euler a", "dpmpp_2m_karras": "DPM++ 2M Karras"}
 CONDITIONING_FILE = "conditioning.ckpt"
 MAX_SEED = 2 ** 64 - 1
@@ -146,8 +149,10 @@ class Pipeline:
     """An SDXL model folder (diffusers layout) ready to generate; loads weights per stage."""
 
     def __init__(self, root: Path, preset: str, overrides: dict, schedule: NoiseSchedule, model_id: str,
-                 loras: list[tuple[Path, float]] = ()):
+                 loras: list[tuple[Path, float]] = (), tiny_vae: Path | None = None):
         self.root = root
+        self.tiny_vae = tiny_vae if tiny_vae is not None else root / TINY_VAE
+        """The tiny decoder's folder: the model's vae_tiny/ unless load() named another."""
         self.loras = list(loras)
         self.lora_ids = tuple((p.name, w, file_fingerprint(p)) for p, w in self.loras)
         self.preset = preset
@@ -158,10 +163,11 @@ class Pipeline:
 
     @classmethod
     def load(cls, model_root: str | Path, preset: str = "default", loras: list[tuple[str | Path, float]] = (),
-             **overrides: object) -> "Pipeline":
+             tiny_vae: str | Path | None = None, **overrides: object) -> "Pipeline":
         """Check a model folder (unet/, vae/, text_encoder/, text_encoder_2/, tokenizers,
-        optional scheduler/) without reading its weights. `loras` [(file, weight), ...] are
-        style LoRAs applied while the weights stream (no new model needed)."""
+        optional scheduler/ and vae_tiny/) without reading its weights. `loras` [(file, weight), ...] are
+        style LoRAs applied while the weights stream (no new model needed). `tiny_vae`: the
+        tiny decoder's folder when it is not the model's vae_tiny/."""
         root = Path(model_root)
         if not root.is_dir():
             raise ModelFileError(f"{root}: no such model folder; expected an SDXL model in diffusers layout "
@@ -177,7 +183,8 @@ class Pipeline:
             from engine.convert.lora import open_loras
             for lora in open_loras(loras):  # unreadable or foreign LoRA files fail now too
                 lora.close()
-        return cls(root, preset, dict(overrides), NoiseSchedule.from_model(root), model_fingerprint(root), loras)
+        return cls(root, preset, dict(overrides), NoiseSchedule.from_model(root), model_fingerprint(root), loras,
+                   Path(tiny_vae) if tiny_vae is not None else None)
 
     # -- generation ----------------------------------------------------------
 
@@ -186,18 +193,21 @@ class Pipeline:
                  sampler: str = "euler", turbo: bool = False, init_noise: np.ndarray | None = None,
                  checkpoint_dir: str | Path | None = None, restart: bool = False,
                  on_progress: Callable[[StepProgress], object] | None = None, cancel: threading.Event | None = None,
-                 tiled: bool = True) -> Result:
+                 tiled: bool = True, decoder: str = "full") -> Result:
         """Generate one picture. `turbo` is the SDXL-Turbo mode (Euler ancestral, trailing
         spacing, no CFG; default 1 step). With `checkpoint_dir` the run checkpoints after
         every UNet evaluation and resumes a run with the same settings from there; `restart` discards
         what is there. Returning False from `on_progress`, or setting `cancel`, stops the
-        run with Cancelled (within one op; the last checkpoint is kept)."""
+        run with Cancelled (within one op; the last checkpoint is kept). `decoder`: how the
+        final latents become the picture (see decode); it does not change the latents, so a
+        run resumes whichever decoder it ends with."""
         if turbo:
             sampler = "euler_a"
         steps = (defaults.TURBO_STEPS if turbo else defaults.STEPS) if steps is None else steps
         guidance = (defaults.TURBO_GUIDANCE if turbo else defaults.GUIDANCE) if guidance is None else guidance
         request = (prompt, negative_prompt, steps, sampler, turbo, width, height, guidance, init_noise)
         self._settings(0 if seed is None else seed, *request)   # refuse bad requests before touching checkpoints
+        decoder = self._usable_decoder(decoder)    # a missing tiny decoder is said before the hours of sampling
         store = CheckpointDir(checkpoint_dir, log=log.warning) if checkpoint_dir is not None else None
         if store is not None and restart:
             store.clear()
@@ -211,18 +221,40 @@ class Pipeline:
         run = _Run(self, settings, make_sampler(sampler, steps, self.schedule, turbo=turbo), store, on_progress, cancel)
         latents = run.sample(latest, init_noise)
         release_free_memory()        # each stage's peak, not the sum: the UNet is gone, the VAE comes
-        image = self.decode(latents, tiled=tiled, cancel=cancel)
+        image = self.decode(latents, tiled=tiled, cancel=cancel, decoder=decoder)
         timings = {"seconds_per_step": run.seconds_per_step(), "checkpoint_seconds": round(run.checkpoint_seconds, 4)}
-        return Result(image, latents, {**settings.to_dict(), "model_name": self.root.name}, timings, run.resumed_from)
+        meta = {**settings.to_dict(), "model_name": self.root.name}
+        if decoder == "tiny":        # the full VAE's pictures keep the metadata they always had
+            meta["decoder"] = "tiny"
+        return Result(image, latents, meta, timings, run.resumed_from)
 
-    def decode(self, latents: np.ndarray, tiled: bool = True, cancel: threading.Event | None = None) -> Image.Image:
-        """Final latents (before VAE scaling) -> RGB picture, through the tiled VAE."""
+    def decode(self, latents: np.ndarray, tiled: bool = True, cancel: threading.Event | None = None,
+               decoder: str = "full") -> Image.Image:
+        """Final latents (before VAE scaling) -> RGB picture. decoder="full": the model's VAE,
+        in tiles unless `tiled` is False; "tiny": the tiny decoder (TAESDXL, engine/sdxl/tiny_vae.py)
+        from the `tiny_vae` folder, in bands: seconds instead of minutes, softer detail. If the
+        tiny decoder is missing or not one, the log says so once and the full VAE decodes."""
         latents = np.asarray(latents, dtype=np.float32)
         if latents.ndim != 4 or latents.shape[0] != 1:
             raise InputError(f"latents must have shape (1, 4, h, w), got {list(latents.shape)}")
-        with VAEDecoder.load(self.root / "vae", self.preset, **self.overrides) as vae:
+        tiny = self._usable_decoder(decoder) == "tiny"
+        model, folder = (TinyVAEDecoder, self.tiny_vae) if tiny else (VAEDecoder, self.root / "vae")
+        with model.load(folder, self.preset, **self.overrides) as vae:
             vae.cancel = cancel
-            return vae.to_image(vae.decode(latents / np.float32(vae.scaling_factor), tiled=tiled))
+            z = latents / np.float32(vae.scaling_factor)
+            return vae.to_image(vae.decode(z) if tiny else vae.decode(z, tiled=tiled))
+
+    def _usable_decoder(self, decoder: str) -> str:
+        """`decoder`, or "full" (said in the log) where it is "tiny" and the tiny decoder's
+        folder is missing or holds something else."""
+        if decoder not in DECODERS:
+            raise InputError(f"unknown decoder {decoder!r}; choose one of: {', '.join(DECODERS)}")
+        problem = tiny_vae_problem(self.tiny_vae) if decoder == "tiny" else None
+        if problem is not None:
+            log.warning("decoder: tiny, but %s. Decoding with the full VAE instead; `slowframe models import "
+                        "--tiny-vae PATH %s` puts a tiny decoder in place", problem, self.root)
+            return "full"
+        return decoder
 
     def conditioning(self, settings: RunSettings, store: CheckpointDir | None,
                      cancel: threading.Event | None) -> Conditioning:

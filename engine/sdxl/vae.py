@@ -88,19 +88,8 @@ class VAEDecoder(StreamedModel):
         return self.run_planned(self.plan, lambda: self.forward(z))
 
     def to_image(self, x: np.ndarray) -> Image.Image:
-        """A decoded picture, (3, H, W) or (1, 3, H, W) in about [-1, 1], as an RGB image:
-        (x/2 + 0.5) clipped to [0, 1], times 255, rounded."""
-        a = np.asarray(x)
-        if a.ndim == 4 and a.shape[0] == 1:
-            a = a[0]
-        if a.ndim != 3 or a.shape[0] != 3:
-            hint = "; pass one picture at a time, e.g. x[0]" if a.ndim == 4 and a.shape[1:2] == (3,) else ""
-            raise InputError(f"to_image expects a decoded picture of shape (3, H, W) or (1, 3, H, W), "
-                             f"got {list(a.shape)}{hint}")
-        if not np.issubdtype(a.dtype, np.floating) or not np.isfinite(a).all():
-            raise InputError(f"to_image expects finite float values (dtype {a.dtype})")
-        pixels = np.clip(a.astype(np.float32) / 2 + 0.5, 0, 1) * 255
-        return Image.fromarray(np.rint(pixels).astype(np.uint8).transpose(1, 2, 0), mode="RGB")
+        """A decoded picture as an RGB image (see to_image below)."""
+        return to_image(x)
 
     # -- the forward pass ------------------------------------------------------
 
@@ -164,23 +153,43 @@ class VAEDecoder(StreamedModel):
         _, _, H, W = h.shape
         return self.conv(name, Upsampled(Dense(h), (2 * H, 2 * W)))
 
-    # -- inputs ----------------------------------------------------------------
-
     def _check_latents(self, z: object) -> np.ndarray:
-        a = np.asarray(z)
-        c = self.config.latent_channels
-        if a.ndim != 4:
-            raise InputError(f"latents must have shape (batch, {c}, height, width), got {list(a.shape)}")
-        if a.shape[1] != c:
-            raise InputError(f"latents have {a.shape[1]} channels (shape {list(a.shape)}); this VAE decodes {c}. "
-                             "Pass the sampler's latents (divided by vae.scaling_factor), not an image")
-        if 0 in a.shape:
-            raise InputError(f"latents shape {list(a.shape)} is empty")
-        if not np.issubdtype(a.dtype, np.floating):
-            raise InputError(f"latents must be a float array (float32), got dtype {a.dtype}")
-        a = np.ascontiguousarray(a, dtype=np.float32)
-        if not np.isfinite(a).all():
-            bad = np.argwhere(~np.isfinite(a))[0]
-            raise InputError(f"latents contain NaN or infinite values (first at index {tuple(int(i) for i in bad)}); "
-                             "the sampler diverged or the latents file is damaged")
-        return a
+        return check_latents(z, self.config.latent_channels)
+
+
+def to_image(x: np.ndarray) -> Image.Image:
+    """A decoded picture, (3, H, W) or (1, 3, H, W) in about [-1, 1], as an RGB image:
+    (x/2 + 0.5) clipped to [0, 1], times 255, rounded."""
+    a = np.asarray(x)
+    if a.ndim == 4 and a.shape[0] == 1:
+        a = a[0]
+    if a.ndim != 3 or a.shape[0] != 3:
+        hint = "; pass one picture at a time, e.g. x[0]" if a.ndim == 4 and a.shape[1:2] == (3,) else ""
+        raise InputError(f"to_image expects a decoded picture of shape (3, H, W) or (1, 3, H, W), "
+                         f"got {list(a.shape)}{hint}")
+    if not np.issubdtype(a.dtype, np.floating) or not np.isfinite(a).all():
+        raise InputError(f"to_image expects finite float values (dtype {a.dtype})")
+    pixels = np.clip(a.astype(np.float32) / 2 + 0.5, 0, 1) * 255
+    return Image.fromarray(np.rint(pixels).astype(np.uint8).transpose(1, 2, 0), mode="RGB")
+
+
+def check_latents(z: object, channels: int) -> np.ndarray:
+    """z as a contiguous float32 (batch, channels, height, width) array of finite values,
+    or an InputError saying what is wrong with it."""
+    a = np.asarray(z)
+    c = channels
+    if a.ndim != 4:
+        raise InputError(f"latents must have shape (batch, {c}, height, width), got {list(a.shape)}")
+    if a.shape[1] != c:
+        raise InputError(f"latents have {a.shape[1]} channels (shape {list(a.shape)}); this decoder decodes {c}. "
+                         "Pass the sampler's latents (divided by the decoder's scaling_factor), not an image")
+    if 0 in a.shape:
+        raise InputError(f"latents shape {list(a.shape)} is empty")
+    if not np.issubdtype(a.dtype, np.floating):
+        raise InputError(f"latents must be a float array (float32), got dtype {a.dtype}")
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if not np.isfinite(a).all():
+        bad = np.argwhere(~np.isfinite(a))[0]
+        raise InputError(f"latents contain NaN or infinite values (first at index {tuple(int(i) for i in bad)}); "
+                         "the sampler diverged or the latents file is damaged")
+    return a

@@ -75,6 +75,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--decode-latents", metavar="FILE.npy", help="skip diffusion: decode these latents")
     p.add_argument("--init-noise", metavar="FILE.npy", help="initial noise (1,4,H/8,W/8) instead of the seed's")
     p.add_argument("--not-tiled", action="store_true", help="decode the VAE in one piece (needs far more memory)")
+    p.add_argument("--decoder", choices=("full", "tiny"), default="full",
+                   help="full: the model's VAE (default); tiny: the tiny decoder TAESDXL, seconds instead of "
+                        "minutes, from the model's vae_tiny/ or --tiny-vae (the full VAE if it is missing)")
+    p.add_argument("--tiny-vae", metavar="DIR", help="the tiny decoder's folder, if not the model's vae_tiny/")
     p.add_argument("--checkpoint-dir", metavar="DIR", help="save state after every UNet evaluation; resume from it")
     p.add_argument("--restart", action="store_true", help="discard the checkpoints in --checkpoint-dir first")
     p.add_argument("--ops-printf", action="store_true", help="print every op with its bytes, time and RSS")
@@ -165,11 +169,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         from engine.convert.lora import parse_lora_spec
         loras = [parse_lora_spec(spec) for spec in args.lora]
     prompt, tagged = prompt_loras(args)
-    pipe = Pipeline.load(args.models_path, preset=preset, loras=loras + tagged, **overrides)
+    pipe = Pipeline.load(args.models_path, preset=preset, loras=loras + tagged, tiny_vae=args.tiny_vae, **overrides)
     output = Path(args.output)
     if args.decode_latents:
         latents = load_npy(args.decode_latents, "--decode-latents")
-        image = pipe.decode(latents, tiled=not args.not_tiled)
+        image = pipe.decode(latents, tiled=not args.not_tiled, decoder=args.decoder)
         image.save(output)
         print(f"wrote {output} ({image.width}x{image.height}) from {args.decode_latents}", file=sys.stderr)
         return 0
@@ -189,7 +193,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         result = pipe.generate(prompt, args.neg_prompt, steps=args.steps, guidance=args.guidance,
                                seed=args.seed, width=width, height=height, sampler=args.sampler, turbo=args.turbo,
                                init_noise=init_noise, checkpoint_dir=args.checkpoint_dir, restart=args.restart,
-                               on_progress=on_progress, cancel=cancel, tiled=not args.not_tiled)
+                               on_progress=on_progress, cancel=cancel, tiled=not args.not_tiled, decoder=args.decoder)
     except CheckpointMismatch as e:
         raise InputError(f"{e.folder} holds checkpoints of a different job ({'; '.join(e.differences)}). Add "
                          "--restart to discard them and start this job over, or give another --checkpoint-dir."

@@ -27,8 +27,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     "(fine on the Pi itself). SRC is a diffusers folder (model_index.json, unet/, ...) or one "
                     "single-file .safetensors model as model sites offer them (sd_xl_base_1.0.safetensors and its "
                     "fine-tunes). An interrupted import resumes when the same command is run again.")
-    imp.add_argument("src", help="diffusers model folder, or single-file .safetensors model")
-    imp.add_argument("dest", help="the model folder to create (must not exist)")
+    imp.add_argument("src", help="diffusers model folder, or single-file .safetensors model; with --tiny-vae "
+                                 "alone: the model folder to add the tiny decoder to")
+    imp.add_argument("dest", nargs="?", help="the model folder to create (must not exist)")
     imp.add_argument("--precision", choices=PRECISIONS, default="fp16",
                      help="fp16 (default), or uint8: the UNet as uint8 with a scale per output channel, "
                           "half the size and half the reads per step")
@@ -37,6 +38,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           "repeat for several")
     imp.add_argument("--vae", metavar="FILE_OR_DIR", help="use this VAE instead of the model's own (a diffusers "
                      "vae/ folder or a .safetensors VAE, e.g. sdxl-vae-fp16-fix)")
+    imp.add_argument("--tiny-vae", metavar="FILE_OR_DIR", help="also take in a tiny decoder (madebyollin/taesdxl: "
+                     "its folder, or taesdxl_decoder.safetensors) as the model's vae_tiny/, for `decoder: tiny` "
+                     "and previews; `models import --tiny-vae PATH MODEL` adds one to a model made earlier")
     imp.add_argument("--config", metavar="DIR", help="for a single-file model whose architecture differs from "
                      "SDXL's conventions: a diffusers folder whose config files describe it")
     imp.set_defaults(func=cmd_import)
@@ -76,12 +80,24 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from engine.convert.importer import import_model
+    from engine.convert.tiny_vae import import_tiny_vae
+    from engine.errors import InputError
     from engine.trace import peak_rss_bytes
 
+    if args.dest is None:
+        if args.tiny_vae is None:
+            raise InputError("give the model folder to create: slowframe models import SRC DEST")
+        if args.lora or args.vae or args.config or args.precision != "fp16":
+            raise InputError("--tiny-vae with one folder adds a tiny decoder to that model; --precision, --lora, "
+                             "--vae and --config are for importing a model (SRC DEST)")
+        import_tiny_vae(args.tiny_vae, args.src, log=print)
+        return 0
     report = import_model(args.src, args.dest, precision=args.precision, loras=args.lora, vae=args.vae,
                           config_dir=args.config, log=print)
     print(f"imported {args.src} -> {report.dest}: {report.bytes_in / 1e9:.2f} GB -> {report.bytes_out / 1e9:.2f} GB "
           f"({args.precision}) in {report.seconds:.1f} s, peak RSS {peak_rss_bytes() / 1e6:.0f} MB")
+    if args.tiny_vae is not None:
+        import_tiny_vae(args.tiny_vae, report.dest, log=print)
     print(f"check it any time with: slowframe models verify {report.dest}")
     return 0
 

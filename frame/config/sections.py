@@ -27,6 +27,7 @@ from frame.display.panels import PANELS
 from frame.themes import ORDERS
 
 PRESETS = ("default", "rpi", "rpi-lowmem")
+DECODERS = ("full", "tiny")    # engine.sdxl.pipeline.DECODERS, without importing the engine
 ACTIONS = ("skip", "regenerate", "previous", "next", "latest", "status", "shutdown", "reboot", "none")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_GPIO = 27
@@ -55,6 +56,8 @@ MODEL = (
                                     ".safetensors model, which the frame imports into a folder beside it"),
     Key("preset", OneOf(PRESETS), "the engine's memory preset"),
     Key("lora_folder", FilePath("folder"), "where <lora:NAME:WEIGHT> in a prompt finds NAME.safetensors"),
+    Key("decoder", OneOf(DECODERS), "what turns a finished picture's latents into pixels: full (the model's VAE) "
+                                    "or tiny (its vae_tiny/: seconds instead of minutes)"),
 )
 HISTORY = (
     Key("folder", FilePath("folder"), "where shown pictures are kept (default: <state directory>/history)"),

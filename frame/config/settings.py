@@ -27,6 +27,7 @@ class ModelSettings:
     path: Path = DEFAULT_MODEL_PATH
     preset: str = "rpi-lowmem"
     lora_folder: Path = LORA_DIR   # where <lora:NAME:WEIGHT> in a prompt finds NAME.safetensors
+    decoder: str = "full"       # or "tiny": the model's vae_tiny/ decodes the finished pictures
 
 
 @dataclass(frozen=True)

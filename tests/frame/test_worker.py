@@ -64,6 +64,13 @@ def test_the_pipelines_parameters_text_comes_with_the_picture(tmp_path):
     assert events[-1].metadata == {"prompt": "a calm sea", "seed": 1234, "model": "fake", "parameters": text}
 
 
+def test_the_jobs_decoder_reaches_the_generator(tmp_path):
+    model = write_fake_model(tmp_path / "model")
+    run_worker(make_job(model, decoder="tiny"), tmp_path / "job")
+    run_worker(make_job(model), tmp_path / "job2")
+    assert [c["decoder"] for c in calls(model) if c["event"] == "start"] == ["tiny", "full"]
+
+
 def test_stopped_worker_keeps_its_checkpoint_and_resumes_to_the_same_picture(tmp_path):
     model = write_fake_model(tmp_path / "model", step_seconds=0.2)
     job = make_job(model, steps=8)

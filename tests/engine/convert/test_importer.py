@@ -8,7 +8,6 @@ import json
 import shutil
 
 import numpy as np
-import pytest
 import torch
 
 from conftest import pcc
@@ -39,13 +38,6 @@ def tensors_of(folder, component) -> dict[str, tuple[str, np.ndarray]]:
                 name == "text_projection.weight" else "text_model." + name
             out[key] = (info.dtype, read_raw(info))
     return out
-
-
-@pytest.fixture(scope="module")
-def imported(tiny_single_file, tmp_path_factory):
-    dest = tmp_path_factory.mktemp("imported") / "tiny-sdxl"
-    import_model(tiny_single_file.sgm, dest, log=lambda *_: None)
-    return dest
 
 
 def test_sgm_writer_is_what_diffusers_from_single_file_reads(tiny_single_file):

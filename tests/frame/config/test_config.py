@@ -179,6 +179,16 @@ def test_a_missing_model_folder_is_only_a_warning(tmp_path):
     assert only(found) == (3, 11, "error", "model.preset: 'rpi-lowmen' is not allowed; did you mean 'rpi-lowmem'?")
 
 
+def test_the_decoder_is_a_model_setting(tmp_path):
+    path = tmp_path / "frame.yaml"
+    path.write_text("model: {path: /nowhere, decoder: tiny}\ndisplay: {backend: file, panel: acep-7.3, output: x}\n"
+                    "themes: [{name: a, prompt: b}]\n")
+    assert load_config(path).model.decoder == "tiny"
+    assert load_config(REPO / "config.example.yaml").model.decoder == "full"
+    found = problems(tmp_path, "model:\n  decoder: taesd\n")
+    assert only(found) == (2, 12, "error", "model.decoder: 'taesd' is not allowed; allowed: full, tiny")
+
+
 def test_theme_mistakes(tmp_path):
     found = problems(tmp_path, """\
         themes:
