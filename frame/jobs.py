@@ -53,6 +53,7 @@ class Job:
     preset: str
     lora: str | None = None
     lora_weight: float = 1.0
+    schedule: str = "default"
     requested: bool = False
     created: str = ""
 

@@ -296,6 +296,8 @@ def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> i
                   on_progress=on_progress)
     if job.sampler == "turbo":   # the config's name for the pipeline's SDXL-Turbo mode
         kwargs.update(sampler="euler_a", turbo=True)
+    elif "schedule" in params:
+        kwargs["schedule"] = job.schedule
     if "cancel" in params:
         kwargs["cancel"] = cancel
         stop.graceful = True

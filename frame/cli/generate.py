@@ -20,7 +20,7 @@ import numpy as np
 from engine.atomic import atomic_write
 from engine.errors import Cancelled, InputError
 from engine.options import PRESETS
-from engine.sdxl.samplers import SAMPLERS
+from engine.sdxl.samplers import SAMPLERS, SCHEDULES
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -36,8 +36,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--height", type=int, default=None, help="pixels, a multiple of 64 (default 1024)")
     p.add_argument("--res", default=None, metavar="WxH", help="width and height at once, e.g. 1344x768")
     p.add_argument("--guidance", type=float, default=None, help="classifier-free guidance (default 5; 0 with --turbo)")
-    p.add_argument("--sampler", choices=SAMPLERS, default="euler", help="default: %(default)s")
-    p.add_argument("--turbo", action="store_true", help="SDXL-Turbo mode: euler_a, trailing spacing, no CFG")
+    p.add_argument("--sampler", default="euler", metavar="NAME",
+                   help=f"{', '.join(SAMPLERS)} (OnnxStream's names too, e.g. dpm++2m; default: %(default)s)")
+    p.add_argument("--schedule", default=None, metavar="NAME",
+                   help=f"{', '.join(SCHEDULES)} (default: the model's own spacing)")
+    p.add_argument("--timesteps", default=None, metavar="T,T,...",
+                   help="explicit training timesteps instead of a schedule, e.g. 999,749,499,249 (sets the steps)")
+    p.add_argument("--eta", type=float, default=None,
+                   help="fresh noise per step, 0-1, for euler_a, dpm2_a, dpmpp_2s_a, dpmpp_2m_sde, dpmpp_3m_sde "
+                        "(default 1) and ddim (default 0)")
+    p.add_argument("--gamma", type=float, default=None, help="tcd's fresh noise per step, 0-1 (default 0.3)")
+    p.add_argument("--turbo", action="store_true", help="SDXL-Turbo mode: euler_a, trailing schedule, no CFG")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:WEIGHT]",
                    help="a style LoRA applied while the weights stream (repeatable; weight default 1)")
     p.add_argument("--preset", choices=list(PRESETS), default="default",
@@ -92,6 +101,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     try:
         result = pipe.generate(args.prompt, args.neg_prompt, steps=args.steps, guidance=args.guidance,
                                seed=args.seed, width=width, height=height, sampler=args.sampler, turbo=args.turbo,
+                               schedule=args.schedule, timesteps=args.timesteps, eta=args.eta, gamma=args.gamma,
                                init_noise=init_noise, checkpoint_dir=args.checkpoint_dir, restart=args.restart,
                                on_progress=progress, cancel=cancel, tiled=not args.not_tiled)
     except Cancelled:

@@ -36,7 +36,8 @@ class Theme:
     negative: str = ""
     steps: int = 20
     guidance: float = 7.0
-    sampler: str = "euler"
+    sampler: str = "euler"                # engine.sdxl.samplers' canonical name, or "turbo"
+    schedule: str = "default"
     size: tuple[int, int] | None = None   # None: the panel's best size
     lora: Path | None = None
     lora_weight: float = 1.0
