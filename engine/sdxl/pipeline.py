@@ -325,8 +325,13 @@ def sampler_spec(sampler: str | SamplerSpec, steps: int | None, schedule: str | 
         if given or turbo:
             raise InputError(f"a SamplerSpec already holds the sampling settings; leave out "
                              f"{', '.join(given) or 'turbo'}")
-        return sampler
+        # read again, so a spec made field by field (not by SamplerSpec.parse) is checked too
+        return SamplerSpec.parse(sampler.sampler, None if sampler.timesteps else sampler.schedule, sampler.steps,
+                                 sampler.timesteps, sampler.eta, sampler.gamma)
     if turbo:
+        if schedule is not None or timesteps is not None:
+            raise InputError("turbo mode is euler_a on the trailing schedule; leave out the schedule and "
+                             "timesteps, or leave out turbo")
         return SamplerSpec.parse("euler_a", "trailing", 1 if steps is None else steps, None, eta, gamma)
     return SamplerSpec.parse(sampler, schedule, steps, timesteps, eta, gamma)
 
@@ -345,7 +350,7 @@ class _Run:
         self.step_seconds: list[float] = []
         self.checkpoint_seconds = 0.0
         self._step_pending: float | None = 0.0   # seconds of the current step so far; None: it began before a resume
-        self._measured = [0.0, 0]                 # seconds, UNet calls in this process
+        self._measured_seconds, self._measured_calls = 0.0, 0   # of the UNet calls in this process
         self.evaluations = sampler.evaluations * self.per_evaluation
 
     def seconds_per_step(self) -> float | None:
@@ -427,8 +432,8 @@ class _Run:
             self.store.save({"job": self.settings.to_dict(), **state.scalars(), "half": half,
                              "rng": rng.bit_generator.state}, arrays)
             self.checkpoint_seconds += time.perf_counter() - started
-        self._measured[0] += seconds
-        self._measured[1] += 1
+        self._measured_seconds += seconds
+        self._measured_calls += 1
         step_done = state.stage == 0 and half == 0
         if self._step_pending is not None:
             self._step_pending += seconds
@@ -437,7 +442,7 @@ class _Run:
                 self.step_seconds.append(self._step_pending)
             self._step_pending = 0.0
         done = self.done(state, half)
-        per_call = self._measured[0] / self._measured[1]
+        per_call = self._measured_seconds / self._measured_calls
         progress = StepProgress(state.step, self.sampler.steps, done, self.evaluations, self.seconds_per_step(),
                                 round(per_call * (self.evaluations - done), 1), self.resumed_from,
                                 state.denoised if step_done else None)

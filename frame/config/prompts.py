@@ -7,6 +7,7 @@ wildcard list files and checks every ``__name__`` (pointing at the very characte
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -52,38 +53,27 @@ class Size:
 
 
 @dataclass(frozen=True)
-class SamplerName:
-    """A sampler as engine.sdxl.samplers reads it (any spelling, OnnxStream's names, "dpmpp_2m_karras"), or turbo."""
+class SamplingName:
+    """A sampler or schedule name in any spelling engine.sdxl.samplers reads ("DPM++ 2M Karras",
+    OnnxStream's "dpm++2m"); Prompts.sampling makes it canonical once both are known."""
+
+    what: str                       # "sampler" or "schedule"
+    check: Callable[[str], object]  # raises InputError for a name that is not one
+    choices: tuple[str, ...]        # listed, nearest first, when it is not
+    example: str
 
     def read(self, reader: Reader, node: Node, where: str) -> str | None:
-        raw = reader.scalar(node, where, "a sampler such as euler, dpmpp_2m or lcm")
+        raw = reader.scalar(node, where, f"a {self.what} such as {self.example}")
         if raw is None:
             return None
-        if raw.strip() == TURBO:
-            return TURBO
         try:
-            sampler_name(raw)
+            if raw.strip() not in self.choices:
+                self.check(raw)
         except InputError:
-            reader.error(node, f"{where}: {raw!r} is not a sampler; choose one of: "
-                               f"{', '.join(nearest_first(normalised(raw), SAMPLERS + (TURBO,)))}")
+            reader.error(node, f"{where}: {raw!r} is not a {self.what}; choose one of: "
+                               f"{', '.join(nearest_first(normalised(raw), self.choices))}")
             return None
         return raw.strip()
-
-
-@dataclass(frozen=True)
-class ScheduleName:
-    """A schedule as engine.sdxl.samplers names them."""
-
-    def read(self, reader: Reader, node: Node, where: str) -> str | None:
-        raw = reader.scalar(node, where, "a schedule such as karras or trailing")
-        if raw is None:
-            return None
-        try:
-            return schedule_name(raw)
-        except InputError:
-            reader.error(node, f"{where}: {raw!r} is not a schedule; choose one of: "
-                               f"{', '.join(nearest_first(normalised(raw), SCHEDULES))}")
-            return None
 
 
 @dataclass(frozen=True)
@@ -101,8 +91,10 @@ THEME = (   # also the keys of ``defaults:``, which every theme starts from
     Key("negative", Text(), "what the picture should not show"),
     Key("steps", Whole(1, MAX_STEPS, " steps"), "denoising steps"),
     Key("guidance", Number(0.0, 30.0), "classifier-free guidance scale"),
-    Key("sampler", SamplerName(), "the sampler"),
-    Key("schedule", ScheduleName(), "the noise schedule (default: the model's own)"),
+    Key("sampler", SamplingName("sampler", sampler_name, SAMPLERS + (TURBO,), "euler, dpmpp_2m or lcm"),
+        "the sampler"),
+    Key("schedule", SamplingName("schedule", schedule_name, SCHEDULES, "karras or trailing"),
+        "the noise schedule (default: the model's own)"),
     Key("size", Size(), '"panel" (the best size for the panel) or WIDTHxHEIGHT'),
     Key("lora", LoraFile(), "a LoRA file to apply"),
     Key("lora_weight", Number(-4.0, 4.0), "how strongly the LoRA applies"),

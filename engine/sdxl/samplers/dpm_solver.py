@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from engine.sdxl.samplers.sampler import SamplerState, SigmaSampler, ancestral_step, noise_for
+from engine.sdxl.samplers.sampler import MidpointSampler, SamplerState, SigmaSampler, noise_for
 
 F32 = np.float32
 
@@ -23,29 +23,9 @@ def step_size(sigma: float, sigma_next: float) -> float:
     return math.log(sigma / sigma_next)
 
 
-class DPMPP2M(SigmaSampler):
-    """DPM-Solver++(2M): the previous step's denoised estimate makes the step second order."""
-
-    name = "dpmpp_2m"
-    whole_timesteps = True
-
-    def update(self, state: SamplerState, denoised: np.ndarray, rng: np.random.Generator | None) -> None:
-        i = state.step
-        sigma, sigma_next = float(self.sigmas[i]), float(self.sigmas[i + 1])
-        if sigma_next == 0:
-            state.finish_step(denoised, denoised, previous=denoised)
-            return
-        h = step_size(sigma, sigma_next)
-        target = denoised
-        if i > 0:
-            r = step_size(float(self.sigmas[i - 1]), sigma) / h
-            target = F32(1 + 1 / (2 * r)) * denoised - F32(1 / (2 * r)) * state.memory["previous"]
-        x = F32(sigma_next / sigma) * state.x - F32(math.expm1(-h)) * target
-        state.finish_step(x, denoised, previous=denoised)
-
-
 class DPMPP2MSDE(SigmaSampler):
-    """DPM-Solver++(2M) SDE, midpoint: 2M with eta times h of fresh noise each step."""
+    """DPM-Solver++(2M) SDE, midpoint: the previous step's denoised estimate makes the step second
+    order, and eta times h of fresh noise goes in each step."""
 
     name = "dpmpp_2m_sde"
     whole_timesteps = True
@@ -58,7 +38,7 @@ class DPMPP2MSDE(SigmaSampler):
             state.finish_step(denoised, denoised, previous=denoised)
             return
         h = step_size(sigma, sigma_next)
-        eta_h = self.eta * h
+        eta_h = (self.eta or 0.0) * h
         keep = -math.expm1(-h - eta_h)
         x = F32(sigma_next / sigma * math.exp(-eta_h)) * state.x + F32(keep) * denoised
         if i > 0:
@@ -67,6 +47,13 @@ class DPMPP2MSDE(SigmaSampler):
         if self.eta:
             x = x + noise_for(rng, x) * F32(sigma_next * math.sqrt(-math.expm1(-2 * eta_h)))
         state.finish_step(x, denoised, previous=denoised)
+
+
+class DPMPP2M(DPMPP2MSDE):
+    """DPM-Solver++(2M): the SDE form without noise is the same update."""
+
+    name = "dpmpp_2m"
+    options = {}
 
 
 class DPMPP3MSDE(SigmaSampler):
@@ -106,26 +93,12 @@ class DPMPP3MSDE(SigmaSampler):
         state.finish_step(x, denoised, **history)
 
 
-class DPMPP2SAncestral(SigmaSampler):
-    """DPM-Solver++(2S) down to the ancestral sigma_down (a second evaluation halfway in log
-    sigma), then fresh noise after the second evaluation."""
+class DPMPP2SAncestral(MidpointSampler):
+    """DPM-Solver++(2S) down to the ancestral sigma_down, then fresh noise after the second evaluation."""
 
     name = "dpmpp_2s_a"
     options = {"eta": 1.0}
-
-    def stages(self, step: int) -> int:
-        return 1 if self.target(step)[0] == 0 else 2
-
-    def target(self, step: int) -> tuple[float, float]:
-        return ancestral_step(float(self.sigmas[step]), float(self.sigmas[step + 1]), self.eta)
-
-    def midpoint(self, step: int) -> float:
-        return math.sqrt(float(self.sigmas[step]) * self.target(step)[0])
-
-    def point(self, state: SamplerState) -> tuple[np.ndarray, float]:
-        if state.stage == 0:
-            return super().point(state)
-        return state.memory["x_mid"], self.midpoint(state.step)
+    ancestral = True
 
     def update(self, state: SamplerState, denoised: np.ndarray, rng: np.random.Generator | None) -> None:
         i = state.step

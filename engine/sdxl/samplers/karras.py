@@ -8,11 +8,9 @@ fixed Adams-Bashforth weights over the last four derivatives.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from engine.sdxl.samplers.sampler import SamplerState, SigmaSampler, ancestral_step, noise_for
+from engine.sdxl.samplers.sampler import MidpointSampler, SamplerState, SigmaSampler, ancestral_step, noise_for
 
 F32 = np.float32
 
@@ -72,25 +70,10 @@ class Heun(SigmaSampler):
         state.finish_step(state.x + (state.memory["d"] + d_end) / F32(2) * dt, denoised)
 
 
-class DPM2(SigmaSampler):
-    """DPM-Solver-2: the second evaluation at the geometric mean of the step's two sigmas."""
+class DPM2(MidpointSampler):
+    """DPM-Solver-2: Euler to the midpoint, then the whole step with the midpoint's derivative."""
 
     name = "dpm2"
-
-    def target(self, step: int) -> tuple[float, float]:
-        """(where the step goes, the extra noise it adds)."""
-        return float(self.sigmas[step + 1]), 0.0
-
-    def stages(self, step: int) -> int:
-        return 1 if self.target(step)[0] == 0 else 2
-
-    def midpoint(self, step: int) -> float:
-        return math.exp((math.log(float(self.sigmas[step])) + math.log(self.target(step)[0])) / 2)
-
-    def point(self, state: SamplerState) -> tuple[np.ndarray, float]:
-        if state.stage == 0:
-            return super().point(state)
-        return state.memory["x_mid"], self.midpoint(state.step)
 
     def update(self, state: SamplerState, denoised: np.ndarray, rng: np.random.Generator | None) -> None:
         i = state.step
@@ -115,9 +98,7 @@ class DPM2Ancestral(DPM2):
 
     name = "dpm2_a"
     options = {"eta": 1.0}
-
-    def target(self, step: int) -> tuple[float, float]:
-        return ancestral_step(float(self.sigmas[step]), float(self.sigmas[step + 1]), self.eta)
+    ancestral = True
 
 
 class LMS(SigmaSampler):

@@ -183,6 +183,30 @@ class SigmaSampler(Sampler):
         return float(round(t)) if self.whole_timesteps else t
 
 
+class MidpointSampler(SigmaSampler):
+    """Two evaluations a step: at its start, and halfway in log sigma to where it goes (sigma_next,
+    or for an ancestral sampler sigma_down, after which it adds sigma_up of fresh noise). A step
+    that goes to sigma 0 takes the first evaluation only."""
+
+    ancestral = False
+
+    def target(self, step: int) -> tuple[float, float]:
+        """(the sigma step `step` goes down to, the noise it adds back)."""
+        sigma, sigma_next = float(self.sigmas[step]), float(self.sigmas[step + 1])
+        return ancestral_step(sigma, sigma_next, self.eta) if self.ancestral else (sigma_next, 0.0)
+
+    def stages(self, step: int) -> int:
+        return 1 if self.target(step)[0] == 0 else 2
+
+    def midpoint(self, step: int) -> float:
+        return math.exp((math.log(float(self.sigmas[step])) + math.log(self.target(step)[0])) / 2)
+
+    def point(self, state: SamplerState) -> tuple[np.ndarray, float]:
+        if state.stage == 0:
+            return super().point(state)
+        return state.memory["x_mid"], self.midpoint(state.step)
+
+
 def ancestral_step(sigma: float, sigma_next: float, eta: float) -> tuple[float, float]:
     """(sigma_down, sigma_up): how far an ancestral step goes down deterministically and how much
     fresh noise it adds back (k-diffusion's get_ancestral_step)."""
