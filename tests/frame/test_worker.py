@@ -13,6 +13,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from daemon_processes import ENV
 from frame import worker
 from frame.jobs import Job
@@ -47,6 +49,18 @@ def test_worker_reports_progress_and_writes_the_picture(tmp_path):
     assert isinstance(done, Finished) and done.output == tmp_path / "job" / "result.png"
     assert done.metadata == {"prompt": "a calm sea", "seed": 1234, "model": "fake"}
     assert done.output.exists() and done.seconds_per_step is not None
+
+
+@pytest.mark.parametrize("sampler,schedule,asked", [
+    ("dpmpp_2m", "karras", dict(sampler="dpmpp_2m", schedule="karras", turbo=False)),
+    ("lcm", "default", dict(sampler="lcm", schedule="default", turbo=False)),
+    ("turbo", "default", dict(sampler="euler_a", schedule=None, turbo=True))])
+def test_worker_asks_the_pipeline_for_the_job_sampler_and_schedule(tmp_path, sampler, schedule, asked):
+    model = write_fake_model(tmp_path / "model")
+    events = run_worker(make_job(model, sampler=sampler, schedule=schedule), tmp_path / "job")
+    assert isinstance(events[-1], Finished)
+    start = next(c for c in calls(model) if c["event"] == "start")
+    assert {k: start[k] for k in asked} == asked
 
 
 def test_stopped_worker_keeps_its_checkpoint_and_resumes_to_the_same_picture(tmp_path):
