@@ -332,6 +332,20 @@ def test_bad_requests_are_refused_with_what_is_allowed(tiny_sdxl, kwargs, messag
         Pipeline.load(root).generate(PROMPT, **{**args, **kwargs})
 
 
+@pytest.mark.parametrize("flags,message", [
+    (["--sampler", "dpm++2z"], "unknown sampler 'dpm++2z'; choose one of: dpmpp_2m, "),
+    (["--schedule", "karas"], "unknown schedule 'karas'; choose one of: karras, "),
+    (["--timesteps", "999,1200"], "timestep 1200 is outside the model's training timesteps 0..999"),
+    (["--sampler", "tcd", "--eta", "0.3"], "sampler tcd takes no eta (tcd's amount of noise is its gamma)"),
+])
+def test_the_command_line_names_bad_sampler_settings_without_a_traceback(tiny_sdxl, tmp_path, flags, message):
+    root, _ = tiny_sdxl
+    done = subprocess.run(cli(root, tmp_path, *flags), capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 1
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "ckpt").exists() or not list((tmp_path / "ckpt").iterdir())
+
+
 def test_a_bad_request_with_restart_keeps_the_checkpoints(tiny_sdxl, tmp_path):
     root, _ = tiny_sdxl
     with pytest.raises(Cancelled):
