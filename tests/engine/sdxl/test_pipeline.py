@@ -177,13 +177,13 @@ RESUMED_SAMPLERS = [("dpmpp_2m", "karras", "default"), ("dpmpp_2m_sde", "exponen
 def test_every_multistep_and_stochastic_sampler_resumes_to_the_same_png(tiny_sdxl, tmp_path, sampler, schedule,
                                                                       preset):
     root, _ = tiny_sdxl
-    extra = ["--sampler", sampler, "--schedule", schedule, "--preset", preset, "--steps", "5"]
+    extra = ["--sampler", sampler, "--schedule", schedule, "--preset", preset, "--steps", "8"]
     if sampler == "ddim":
         extra += ["--eta", "0.7"]
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     run_to_completion(cli(root, whole, *extra))
     rng = np.random.default_rng(abs(hash((sampler, schedule, preset))) % 2 ** 32)
-    for after in sorted(rng.choice(np.arange(1, 5), size=2, replace=False)):
+    for after in rng.integers(1, 3, size=2):   # each run makes 1-2 reports (and a little more) before its kill
         kill_during_run(cli(root, broken, *extra), int(after), float(rng.uniform(0.0, 0.05)))
     events = run_to_completion(cli(root, broken, *extra))
     assert events[-1]["event"] == "done" and events[-1]["resumed_from"] is not None
