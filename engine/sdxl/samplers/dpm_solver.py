@@ -32,11 +32,10 @@ class DPMPP2MSDE(SigmaSampler):
     options = {"eta": 1.0}
 
     def update(self, state: SamplerState, denoised: np.ndarray, rng: np.random.Generator | None) -> None:
+        if self.landed(state, denoised, previous=denoised):
+            return
         i = state.step
         sigma, sigma_next = float(self.sigmas[i]), float(self.sigmas[i + 1])
-        if sigma_next == 0:
-            state.finish_step(denoised, denoised, previous=denoised)
-            return
         h = step_size(sigma, sigma_next)
         eta_h = (self.eta or 0.0) * h
         keep = -math.expm1(-h - eta_h)
@@ -65,13 +64,12 @@ class DPMPP3MSDE(SigmaSampler):
 
     def update(self, state: SamplerState, denoised: np.ndarray, rng: np.random.Generator | None) -> None:
         i = state.step
-        sigma, sigma_next = float(self.sigmas[i]), float(self.sigmas[i + 1])
         history = {"previous": denoised}
         if i > 0:
             history["before_previous"] = state.memory["previous"]
-        if sigma_next == 0:
-            state.finish_step(denoised, denoised, **history)
+        if self.landed(state, denoised, **history):
             return
+        sigma, sigma_next = float(self.sigmas[i]), float(self.sigmas[i + 1])
         h = step_size(sigma, sigma_next)
         h_eta = h * (self.eta + 1)
         x = F32(math.exp(-h_eta)) * state.x + F32(-math.expm1(-h_eta)) * denoised
@@ -140,8 +138,7 @@ class UniPC(SigmaSampler):
         history = {"previous": denoised, "last_sample": x.astype(np.float32)}
         if i > 0:
             history["before_previous"] = state.memory["previous"]
-        if sigmas[i + 1] == 0:
-            state.finish_step(denoised, denoised, **history)
+        if self.landed(state, denoised, **history):
             return
         h = step_size(sigmas[i], sigmas[i + 1])
         h_phi_1 = math.expm1(-h)

@@ -42,7 +42,8 @@ class SamplerState:
     """Everything a sampler needs to continue a run (all of it but `denoised` is checkpointed)."""
 
     x: np.ndarray
-    """The latents at the start of step `step`, float32 (for the last step done: the result)."""
+    """The latents at the start of step `step`, float32, in the sampler's space (x0 + sigma * noise,
+    or the variance-preserving form for ddim, ddpm, lcm, tcd); after the last step, the result."""
     step: int = 0
     """Steps completed."""
     stage: int = 0
@@ -163,6 +164,14 @@ class SigmaSampler(Sampler):
 
     def update(self, state: SamplerState, denoised: np.ndarray, rng: np.random.Generator | None) -> None:
         raise NotImplementedError
+
+    def landed(self, state: SamplerState, denoised: np.ndarray, **memory: np.ndarray) -> bool:
+        """On a step to sigma 0, finish it on the denoised estimate (what the exponential
+        integrators' update gives there) and say so."""
+        if self.sigmas[state.step + 1] != 0:
+            return False
+        state.finish_step(denoised, denoised, **memory)
+        return True
 
     def model_input(self, state: SamplerState) -> tuple[np.ndarray, float]:
         x, sigma = self.point(state)
