@@ -714,7 +714,8 @@ class Daemon:
         now = self.clock.now()
         job = Job(id=f"{now:%Y%m%d-%H%M%S}-{self.rng.getrandbits(24):06x}", theme=theme.name, prompt=prompt,
                   negative_prompt=theme.negative, seed=seed, steps=theme.steps, guidance=theme.guidance,
-                  sampler=theme.sampler, width=width, height=height, model=str(model_folder(config.model.path)),
+                  sampler=theme.sampler, schedule=theme.schedule, width=width, height=height,
+                  model=str(model_folder(config.model.path)),
                   preset=config.model.preset, decoder=config.model.decoder,
                   lora=str(theme.lora) if theme.lora else None,
                   lora_weight=theme.lora_weight, loras=tuple((str(p), w) for p, w in loras), requested=requested,

@@ -55,6 +55,7 @@ class Job:
     preset: str
     lora: str | None = None
     lora_weight: float = 1.0
+    schedule: str = "default"
     loras: tuple[tuple[str, float], ...] = ()   # (file, weight) of each <lora:NAME:WEIGHT> the prompt had
     decoder: str = "full"     # "tiny": the model's vae_tiny/ decodes the picture (config model.decoder)
     requested: bool = False

@@ -434,6 +434,8 @@ def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> i
                   on_progress=on_progress)
     if job.sampler == "turbo":   # the config's name for the pipeline's SDXL-Turbo mode
         kwargs.update(sampler="euler_a", turbo=True)
+    elif "schedule" in params:
+        kwargs["schedule"] = job.schedule
     if job.decoder != "full":   # only then: a generator without the choice still runs the default
         kwargs["decoder"] = job.decoder
     if "cancel" in params:

@@ -13,10 +13,15 @@ step and half-step. Calling `generate` again with the same settings and folder r
 from there and gives byte-identical latents and PNG (same machine, same threads).
 
 Randomness: numpy's PCG64 seeded with the 64-bit seed draws the initial noise
-(standard normal, float32, latent shape) and then, for Euler ancestral, each step's
-noise, in that order; numpy guarantees the same stream on every platform.
-`init_noise` replaces the initial draw (ancestral steps still use the seed), exactly
-as diffusers treats `latents=`.
+(standard normal, float32, latent shape) and then the noise of every step that adds
+some (ancestral and SDE samplers, ddpm, lcm, tcd; the order: engine/sdxl/samplers/sampler.py);
+numpy guarantees the same stream on every platform. `init_noise` replaces the initial
+draw (the steps' noise still comes from the seed), exactly as diffusers treats `latents=`.
+
+Sampling: `sampler` names one of engine.sdxl.samplers.SAMPLERS (or is a SamplerSpec, as a
+recipe makes one), `schedule` one of SCHEDULES, `timesteps` an explicit list instead,
+`eta`/`gamma` the stochastic samplers' amount of fresh noise; all of it is in RunSettings,
+so a checkpoint of another setting is refused.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ from engine.memory import release_free_memory
 from engine.options import resolve
 from engine.png_text import one_line
 from engine.sdxl.conditioning import Conditioning, TextEncoders
-from engine.sdxl.samplers import SAMPLERS, NoiseSchedule, Sampler, SamplerState, draw_noise, make_sampler
+from engine.sdxl.samplers import (SAMPLER_LABELS, SCHEDULE_LABELS, NoiseSchedule, Sampler, SamplerSpec,
+                                  SamplerState, draw_noise)
 from engine.sdxl.tiny_vae import TinyVAEDecoder, tiny_vae_problem
 from engine.sdxl.unet import UNet
 from engine.sdxl.vae import VAEDecoder
@@ -57,7 +63,6 @@ log = logging.getLogger(__name__)
 COMPONENTS = ("unet", "vae", "text_encoder", "text_encoder_2")
 TINY_VAE = "vae_tiny"          # the tiny decoder's folder inside a model folder
 DECODERS = ("full", "tiny")
-SAMPLER_LABELS = {"euler": "Euler", "euler_a": "Euler a", "dpmpp_2m_karras": "DPM++ 2M Karras"}
 CONDITIONING_FILE = "conditioning.ckpt"
 MAX_SEED = 2 ** 64 - 1
 
@@ -80,10 +85,15 @@ class RunSettings:
     engine_version: str
     init_noise: str | None = None   # sha256 of the injected initial noise
     loras: tuple = ()               # ((file name, weight, content fingerprint), ...) applied at run time
+    schedule: str = "default"       # engine.sdxl.samplers.SCHEDULES, or "explicit" with `timesteps`
+    timesteps: tuple[int, ...] | None = None   # explicit training timesteps
+    eta: float | None = None        # the sampler's amount of fresh noise (None: it takes none)
+    gamma: float | None = None      # tcd's
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["loras"] = [list(x) for x in self.loras]    # as JSON gives it back from a checkpoint
+        d["timesteps"] = None if self.timesteps is None else list(self.timesteps)
         return d
 
     def differences(self, other: dict) -> list[str]:
@@ -93,15 +103,19 @@ class RunSettings:
 
 @dataclass
 class StepProgress:
-    """Reported after every UNet evaluation."""
+    """Reported after every UNet evaluation (each half of a split CFG evaluation too)."""
 
     step: int                 # steps completed (0..steps)
     steps: int
-    evaluation: int           # UNet evaluations completed in this run
+    evaluation: int           # UNet evaluations completed in this run (a step may take two, CFG halves count)
     evaluations: int          # in the whole run
-    seconds_per_step: float   # measured in this process, None before the first step
+    seconds_per_step: float   # measured in this process, None before the first whole step
     eta_seconds: float | None
     resumed_from: int | None
+    denoised: np.ndarray | None = None
+    """The sampler's estimate of the final latents (x0: float32, the latents' shape, before VAE
+    scaling) after the step just completed; None on reports within a step (a CFG half, the
+    first evaluation of a two-evaluation step) and right after a resume."""
 
 
 @dataclass
@@ -136,7 +150,11 @@ def parameters_text(meta: dict) -> str:
     lines = [one_line(meta.get("prompt", ""))]
     if meta.get("negative_prompt"):
         lines.append(f"Negative prompt: {one_line(meta['negative_prompt'])}")
+    timesteps, schedule = meta.get("timesteps"), meta.get("schedule")
     fields = [("Steps", meta.get("steps")), ("Sampler", SAMPLER_LABELS.get(meta.get("sampler"), meta.get("sampler"))),
+              ("Schedule type", SCHEDULE_LABELS.get(schedule, schedule) if schedule not in (None, "default") else None),
+              ("Timesteps", f'"{",".join(map(str, timesteps))}"' if timesteps else None),
+              ("Eta", meta.get("eta")), ("Gamma", meta.get("gamma")),
               ("CFG scale", meta.get("guidance")), ("Seed", meta.get("seed")),
               ("Size", f"{meta.get('width')}x{meta.get('height')}"), ("Model", meta.get("model_name")),
               ("Model hash", (meta.get("model") or "")[:10]), ("Turbo", "yes" if meta.get("turbo") else None),
@@ -190,22 +208,26 @@ class Pipeline:
 
     def generate(self, prompt: str, negative_prompt: str | None = None, steps: int | None = None,
                  guidance: float | None = None, seed: int | None = None, width: int = 1024, height: int = 1024,
-                 sampler: str = "euler", turbo: bool = False, init_noise: np.ndarray | None = None,
+                 sampler: str | SamplerSpec = "euler", turbo: bool = False, init_noise: np.ndarray | None = None,
                  checkpoint_dir: str | Path | None = None, restart: bool = False,
                  on_progress: Callable[[StepProgress], object] | None = None, cancel: threading.Event | None = None,
-                 tiled: bool = True, decoder: str = "full") -> Result:
-        """Generate one picture. `turbo` is the SDXL-Turbo mode (Euler ancestral, trailing
-        spacing, no CFG; default 1 step). With `checkpoint_dir` the run checkpoints after
-        every UNet evaluation and resumes a run with the same settings from there; `restart` discards
-        what is there. Returning False from `on_progress`, or setting `cancel`, stops the
-        run with Cancelled (within one op; the last checkpoint is kept). `decoder`: how the
-        final latents become the picture (see decode); it does not change the latents, so a
-        run resumes whichever decoder it ends with."""
-        if turbo:
-            sampler = "euler_a"
-        steps = (defaults.TURBO_STEPS if turbo else defaults.STEPS) if steps is None else steps
+                 tiled: bool = True, schedule: str | None = None, timesteps: object = None,
+                 eta: float | None = None, gamma: float | None = None, decoder: str = "full") -> Result:
+        """Generate one picture. `sampler` (default euler) and `schedule` (default: the model's
+        spacing) are names as engine.sdxl.samplers lists them; `timesteps` (a list, or
+        "999,749,...") replaces the schedule and sets the steps; `eta`/`gamma` set a stochastic
+        sampler's fresh noise. `sampler` may instead be a whole SamplerSpec (then leave
+        steps, schedule, timesteps, eta and gamma out). `turbo` is the SDXL-Turbo mode (Euler
+        ancestral, trailing schedule, no CFG; default 1 step). With `checkpoint_dir` the run
+        checkpoints after every UNet evaluation and resumes a run with the same settings from
+        there; `restart` discards what is there. Returning False from `on_progress`, or
+        setting `cancel`, stops the run with Cancelled (within one op; the last checkpoint is kept).
+        `decoder`: how the final latents become the picture (see decode); it does not change the
+        latents, so a run resumes whichever decoder it ends with."""
+        spec = sampler_spec(sampler, steps, schedule, timesteps, eta, gamma, turbo)
+        sampler = spec.build(self.schedule)     # a schedule the model cannot do fails here
         guidance = (defaults.TURBO_GUIDANCE if turbo else defaults.GUIDANCE) if guidance is None else guidance
-        request = (prompt, negative_prompt, steps, sampler, turbo, width, height, guidance, init_noise)
+        request = (prompt, negative_prompt, spec, turbo, width, height, guidance, init_noise)
         self._settings(0 if seed is None else seed, *request)   # refuse bad requests before touching checkpoints
         decoder = self._usable_decoder(decoder)    # a missing tiny decoder is said before the hours of sampling
         store = CheckpointDir(checkpoint_dir, log=log.warning) if checkpoint_dir is not None else None
@@ -218,7 +240,7 @@ class Pipeline:
         settings = self._settings(seed, *request)
         if latest is not None and latest.meta.get("job") != settings.to_dict():
             raise CheckpointMismatch(store.path, settings.differences(latest.meta.get("job") or {}))
-        run = _Run(self, settings, make_sampler(sampler, steps, self.schedule, turbo=turbo), store, on_progress, cancel)
+        run = _Run(self, settings, sampler, store, on_progress, cancel)
         latents = run.sample(latest, init_noise)
         release_free_memory()        # each stage's peak, not the sum: the UNet is gone, the VAE comes
         image = self.decode(latents, tiled=tiled, cancel=cancel, decoder=decoder)
@@ -298,16 +320,12 @@ class Pipeline:
             for f in files:
                 f.close()
 
-    def _settings(self, seed, prompt, negative_prompt, steps, sampler, turbo, width, height, guidance,
+    def _settings(self, seed, prompt, negative_prompt, spec: SamplerSpec, turbo, width, height, guidance,
                   init_noise) -> RunSettings:
         if not isinstance(prompt, str):
             raise InputError(f"prompt must be text, got {type(prompt).__name__}")
         if negative_prompt is not None and not isinstance(negative_prompt, str):
             raise InputError(f"negative prompt must be text, got {type(negative_prompt).__name__}")
-        if sampler not in SAMPLERS:
-            raise InputError(f"unknown sampler '{sampler}'; choose one of: {', '.join(SAMPLERS)}")
-        if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= 1000:
-            raise InputError(f"steps must be a whole number from 1 to 1000, got {steps!r}")
         if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
             raise InputError(f"seed must be a whole number from 0 to {MAX_SEED}, got {seed!r}")
         if not isinstance(guidance, (int, float)) or isinstance(guidance, bool) or not math.isfinite(guidance) \
@@ -322,8 +340,31 @@ class Pipeline:
                 raise InputError(f"init noise must be finite floats of shape {list(expected)} for {width}x{height}, "
                                  f"got {noise.dtype} {list(noise.shape)}")
             noise_hash = hashlib.sha256(np.ascontiguousarray(noise, dtype=np.float32).tobytes()).hexdigest()
-        return RunSettings(prompt, negative_prompt, seed, steps, sampler, bool(turbo), width, height, float(guidance),
-                           self.model_id, self.preset, engine.__version__, noise_hash, self.lora_ids)
+        return RunSettings(prompt, negative_prompt, seed, spec.steps, spec.sampler, bool(turbo), width, height,
+                           float(guidance), self.model_id, self.preset, engine.__version__, noise_hash, self.lora_ids,
+                           spec.schedule, spec.timesteps, spec.eta, spec.gamma)
+
+
+def sampler_spec(sampler: str | SamplerSpec, steps: int | None, schedule: str | None, timesteps: object,
+                 eta: float | None, gamma: float | None, turbo: bool) -> SamplerSpec:
+    """The run's SamplerSpec from generate()'s arguments. Turbo mode is euler_a on the
+    trailing schedule, 1 step unless told otherwise."""
+    if isinstance(sampler, SamplerSpec):
+        given = [k for k, v in (("steps", steps), ("schedule", schedule), ("timesteps", timesteps), ("eta", eta),
+                                ("gamma", gamma)) if v is not None]
+        if given or turbo:
+            raise InputError(f"a SamplerSpec already holds the sampling settings; leave out "
+                             f"{', '.join(given) or 'turbo'}")
+        # read again, so a spec made field by field (not by SamplerSpec.parse) is checked too
+        return SamplerSpec.parse(sampler.sampler, None if sampler.timesteps else sampler.schedule, sampler.steps,
+                                 sampler.timesteps, sampler.eta, sampler.gamma)
+    if turbo:
+        if schedule is not None or timesteps is not None:
+            raise InputError("turbo mode is euler_a on the trailing schedule; leave out the schedule and "
+                             "timesteps, or leave out turbo")
+        return SamplerSpec.parse("euler_a", "trailing", defaults.TURBO_STEPS if steps is None else steps, None, eta,
+                                 gamma)
+    return SamplerSpec.parse(sampler, schedule, steps, timesteps, eta, gamma)
 
 
 class _Run:
@@ -335,11 +376,13 @@ class _Run:
         self.on_progress, self.cancel = on_progress, cancel
         self.cfg = settings.guidance > 1.0
         self.split = self.cfg and not pipe.options.cfg_batch
+        self.per_evaluation = 2 if self.split else 1       # UNet calls per sampler evaluation
         self.resumed_from: int | None = None
         self.step_seconds: list[float] = []
         self.checkpoint_seconds = 0.0
-        self._half_seconds = 0.0
-        self.evaluations = sampler.steps * (2 if self.split else 1)
+        self._step_pending: float | None = 0.0   # seconds of the current step so far; None: it began before a resume
+        self._measured_seconds, self._measured_calls = 0.0, 0   # of the UNet calls in this process
+        self.evaluations = sampler.evaluations * self.per_evaluation
 
     def seconds_per_step(self) -> float | None:
         return round(sum(self.step_seconds) / len(self.step_seconds), 3) if self.step_seconds else None
@@ -349,21 +392,20 @@ class _Run:
         rng = np.random.Generator(np.random.PCG64(settings.seed))
         shape = (1, 4, settings.height // 8, settings.width // 8)
         if latest is not None:
-            step, half = latest.meta["step"], latest.meta["half"]
-            x = latest.arrays["latents"]
-            state = SamplerState.from_arrays(latest.arrays)
-            eps_first = latest.arrays.get("eps_first")
+            state = SamplerState.restore(latest.arrays, latest.meta)
+            half, eps_first = latest.meta["half"], latest.arrays.get("eps_first")
             rng.bit_generator.state = latest.meta["rng"]
-            self.resumed_from = step
-            log.info("resumed from step %d%s of %d (%s)", step, " and a half" if half else "", sampler.steps,
-                     latest.path.name)
+            self.resumed_from = state.step
+            if state.stage or half:
+                self._step_pending = None
+            log.info("resumed from step %d of %d, %d evaluations in (%s)", state.step, sampler.steps,
+                     self.done(state, half), latest.path.name)
         else:
-            step, half, eps_first = 0, 0, None
-            state = SamplerState()
+            half, eps_first = 0, None
             noise = draw_noise(rng, shape) if init_noise is None else np.asarray(init_noise, dtype=np.float32)
-            x = (noise * np.float32(sampler.init_noise_sigma)).astype(np.float32)
-        if step >= sampler.steps:
-            return x
+            state = sampler.start(noise)
+        if sampler.finished(state):
+            return state.x
         self._cancel_check()
         cond = self.pipe.conditioning(settings, self.store, self.cancel)
         release_free_memory()        # the text encoders are gone; the UNet comes
@@ -375,10 +417,9 @@ class _Run:
             if loras:
                 from engine.convert.lora import attach_loras
                 attach_loras(unet, "unet", loras)
-            while step < sampler.steps:
+            while not sampler.finished(state):
                 started = time.perf_counter()
-                t = float(sampler.timesteps[step])
-                x_in = sampler.scale_input(step, x)
+                x_in, t = sampler.model_input(state)
                 if not self.cfg:
                     eps = unet(x_in, t, cond.prompt_embeds, cond.pooled, time_ids)
                 elif not self.split:
@@ -387,49 +428,57 @@ class _Run:
                                 np.concatenate([cond.negative_pooled, cond.pooled]), np.repeat(time_ids, 2, 0))
                     eps = guided(both[:1], both[1:], settings.guidance)
                 else:
-                    # Split CFG: two batch-1 evaluations. Their order alternates with the step, so
-                    # each step starts with the conditioning the last one ended with and a single
-                    # cached K/V entry (kv_cache_entries=1) is reused every other evaluation.
+                    # Split CFG: two batch-1 evaluations. Their order alternates with the sampler's
+                    # evaluations, so each starts with the conditioning the last one ended with and
+                    # a single cached K/V entry (kv_cache_entries=1) is reused every other evaluation.
+                    flip = (sampler.evaluations_before(state.step) + state.stage) % 2
                     halves = [(cond.negative_embeds, cond.negative_pooled), (cond.prompt_embeds, cond.pooled)]
-                    if step % 2:
+                    if flip:
                         halves.reverse()
                     if half == 0:
                         eps_first = unet(x_in, t, *halves[0], time_ids)
                         half = 1
-                        self._evaluated(step, half, x, state, rng, eps_first, time.perf_counter() - started)
+                        self._evaluated(state, half, rng, eps_first, time.perf_counter() - started)
                         continue
                     eps_second = unet(x_in, t, *halves[1], time_ids)
-                    uncond, positive = (eps_first, eps_second) if step % 2 == 0 else (eps_second, eps_first)
+                    uncond, positive = (eps_second, eps_first) if flip else (eps_first, eps_second)
                     eps = guided(uncond, positive, settings.guidance)
-                x = sampler.step(step, x, eps, state, rng)
-                step, half, eps_first = step + 1, 0, None
-                self._evaluated(step, half, x, state, rng, None, time.perf_counter() - started)
-        return x
+                sampler.advance(state, eps, rng)
+                half, eps_first = 0, None
+                self._evaluated(state, half, rng, None, time.perf_counter() - started)
+        return state.x
 
-    def _evaluated(self, step: int, half: int, x: np.ndarray, state: SamplerState, rng: np.random.Generator,
-                   eps_first: np.ndarray | None, seconds: float) -> None:
+    def done(self, state: SamplerState, half: int) -> int:
+        """UNet calls done by the time the run is at `state` and `half`."""
+        return (self.sampler.evaluations_before(state.step) + state.stage) * self.per_evaluation + half
+
+    def _evaluated(self, state: SamplerState, half: int, rng: np.random.Generator, eps_first: np.ndarray | None,
+                   seconds: float) -> None:
         """Checkpoint, then report progress; stop here if asked."""
         if self.store is not None:
             started = time.perf_counter()
-            arrays = {"latents": x, **state.arrays()}
+            arrays = state.arrays()
             if eps_first is not None:
                 arrays["eps_first"] = eps_first
-            self.store.save({"job": self.settings.to_dict(), "step": step, "half": half,
+            self.store.save({"job": self.settings.to_dict(), **state.scalars(), "half": half,
                              "rng": rng.bit_generator.state}, arrays)
             self.checkpoint_seconds += time.perf_counter() - started
-        if self.split and half == 1:
-            self._half_seconds = seconds
-        else:
-            self.step_seconds.append(seconds + self._half_seconds)
-            self._half_seconds = 0.0
-        per_step = self.evaluations // self.sampler.steps
-        done = step * per_step + half
-        per_eval = sum(self.step_seconds) / len(self.step_seconds) / per_step if self.step_seconds else None
-        progress = StepProgress(step, self.sampler.steps, done, self.evaluations, self.seconds_per_step(),
-                            None if per_eval is None else round(per_eval * (self.evaluations - done), 1),
-                            self.resumed_from)
+        self._measured_seconds += seconds
+        self._measured_calls += 1
+        step_done = state.stage == 0 and half == 0
+        if self._step_pending is not None:
+            self._step_pending += seconds
+        if step_done:
+            if self._step_pending is not None:
+                self.step_seconds.append(self._step_pending)
+            self._step_pending = 0.0
+        done = self.done(state, half)
+        per_call = self._measured_seconds / self._measured_calls
+        progress = StepProgress(state.step, self.sampler.steps, done, self.evaluations, self.seconds_per_step(),
+                                round(per_call * (self.evaluations - done), 1), self.resumed_from,
+                                state.denoised if step_done else None)
         if self.on_progress is not None and self.on_progress(progress) is False:
-            raise Cancelled(f"stopped after step {step} of {self.sampler.steps}")
+            raise Cancelled(f"stopped after step {state.step} of {self.sampler.steps}")
         self._cancel_check()
 
     def _cancel_check(self) -> None:

@@ -25,7 +25,7 @@ from engine.atomic import atomic_write
 from engine.errors import Cancelled, CheckpointMismatch, InputError
 from engine.options import PRESETS
 from engine.sdxl.preview import PREVIEW_DECODERS, PreviewDecoder, open_preview_decoder
-from engine.sdxl.samplers import SAMPLERS
+from engine.sdxl.samplers import SAMPLERS, SCHEDULES
 from frame.loratags import find_tags, take_tags
 from frame.paths import LORA_DIR
 
@@ -51,8 +51,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--res", default=None, metavar="WxH", help="width and height at once, e.g. 1344x768")
     p.add_argument("--guidance", type=float, default=None, help=f"classifier-free guidance (default "
                    f"{defaults.GUIDANCE:g}; {defaults.TURBO_GUIDANCE:g} with --turbo)")
-    p.add_argument("--sampler", choices=SAMPLERS, default="euler", help="default: %(default)s")
-    p.add_argument("--turbo", action="store_true", help="SDXL-Turbo mode: euler_a, trailing spacing, no CFG")
+    p.add_argument("--sampler", default="euler", metavar="NAME",
+                   help=f"{', '.join(SAMPLERS)} (OnnxStream's names too, e.g. dpm++2m; default: %(default)s)")
+    p.add_argument("--schedule", default=None, metavar="NAME",
+                   help=f"{', '.join(SCHEDULES)} (default: the model's own spacing)")
+    p.add_argument("--timesteps", default=None, metavar="T,T,...",
+                   help="explicit training timesteps instead of a schedule, e.g. 999,749,499,249 (sets the steps)")
+    p.add_argument("--eta", type=float, default=None,
+                   help="fresh noise per step, 0-1, for euler_a, dpm2_a, dpmpp_2s_a, dpmpp_2m_sde, dpmpp_3m_sde "
+                        "(default 1) and ddim (default 0)")
+    p.add_argument("--gamma", type=float, default=None, help="tcd's fresh noise per step, 0-1 (default 0.3)")
+    p.add_argument("--turbo", action="store_true", help="SDXL-Turbo mode: euler_a, trailing schedule, no CFG")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:WEIGHT]",
                    help="a style LoRA applied while the weights stream (repeatable; weight default 1)")
     p.add_argument("--lora-folder", default=str(LORA_DIR), metavar="DIR",
@@ -192,6 +201,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     try:
         result = pipe.generate(prompt, args.neg_prompt, steps=args.steps, guidance=args.guidance,
                                seed=args.seed, width=width, height=height, sampler=args.sampler, turbo=args.turbo,
+                               schedule=args.schedule, timesteps=args.timesteps, eta=args.eta, gamma=args.gamma,
                                init_noise=init_noise, checkpoint_dir=args.checkpoint_dir, restart=args.restart,
                                on_progress=on_progress, cancel=cancel, tiled=not args.not_tiled, decoder=args.decoder)
     except CheckpointMismatch as e:

@@ -7,20 +7,23 @@ wildcard list files and checks every ``__name__`` (pointing at the very characte
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from frame.config.reader import (AnyName, FilePath, Number, OneOf, Problem, Reader, Text, Whole, column_offset,
-                                 is_null, text_column)
+from engine.errors import InputError
+from engine.sdxl.samplers import SAMPLERS, SCHEDULES, SamplerSpec, nearest_first
+from engine.sdxl.samplers.names import normalised, sampler_name, schedule_name
+from frame.config.reader import (AnyName, FilePath, Number, Problem, Reader, Text, Whole, column_offset, is_null,
+                                 text_column)
 from frame.config.sections import Key, names, read_keys
 from frame.config.settings import Theme
 from frame.loratags import find_tags, lora_files, unknown_name
 from frame.themes import Origin, Template, TemplateError, WildcardLoader, parse_template
 
-SAMPLERS = ("euler", "euler_a", "dpmpp_2m_karras", "turbo")
+TURBO = "turbo"     # SDXL-Turbo mode: euler_a on the trailing schedule (the worker asks the pipeline for it)
 MAX_STEPS = 150
 _SIZE = re.compile(r"^(\d+)\s*[xX]\s*(\d+)$")
 
@@ -51,6 +54,30 @@ class Size:
 
 
 @dataclass(frozen=True)
+class SamplingName:
+    """A sampler or schedule name in any spelling engine.sdxl.samplers reads ("DPM++ 2M Karras",
+    OnnxStream's "dpm++2m"); Prompts.sampling makes it canonical once both are known."""
+
+    what: str                       # "sampler" or "schedule"
+    check: Callable[[str], object]  # raises InputError for a name that is not one
+    choices: tuple[str, ...]        # listed, nearest first, when it is not
+    example: str
+
+    def read(self, reader: Reader, node: Node, where: str) -> str | None:
+        raw = reader.scalar(node, where, f"a {self.what} such as {self.example}")
+        if raw is None:
+            return None
+        try:
+            if raw.strip() not in self.choices:
+                self.check(raw)
+        except InputError:
+            reader.error(node, f"{where}: {raw!r} is not a {self.what}; choose one of: "
+                               f"{', '.join(nearest_first(normalised(raw), self.choices))}")
+            return None
+        return raw.strip()
+
+
+@dataclass(frozen=True)
 class LoraFile:
     """A LoRA file; one that is not there yet is a warning (the theme fails until it is)."""
 
@@ -65,7 +92,10 @@ THEME = (   # also the keys of ``defaults:``, which every theme starts from
     Key("negative", Text(), "what the picture should not show"),
     Key("steps", Whole(1, MAX_STEPS, " steps"), "denoising steps"),
     Key("guidance", Number(0.0, 30.0), "classifier-free guidance scale"),
-    Key("sampler", OneOf(SAMPLERS), "the sampler"),
+    Key("sampler", SamplingName("sampler", sampler_name, SAMPLERS + (TURBO,), "euler, dpmpp_2m or lcm"),
+        "the sampler"),
+    Key("schedule", SamplingName("schedule", schedule_name, SCHEDULES, "karras or trailing"),
+        "the noise schedule (default: the model's own)"),
     Key("size", Size(), '"panel" (the best size for the panel) or WIDTHxHEIGHT'),
     Key("lora", LoraFile(), "a LoRA file to apply"),
     Key("lora_weight", Number(-4.0, 4.0), "how strongly the LoRA applies"),
@@ -153,10 +183,26 @@ class Prompts:
         if "steps" in values and out["steps"] > 60:
             self.reader.warn(values["steps"], f"{where}.steps: {out['steps']} steps take many hours on a Pi Zero 2 W "
                                               "and rarely look better than 20-40")
-        if out["sampler"] == "turbo" and out["steps"] > 4 and ("steps" in values or "sampler" in values):
+        if out["sampler"] == TURBO and out["steps"] > 4 and ("steps" in values or "sampler" in values):
             self.reader.warn(values.get("steps") or values["sampler"],
                              f"{where}: turbo models are made for 1-4 steps, not {out['steps']}")
+        elif out["sampler"] != TURBO:
+            self.sampling(out, values, where)
         return out, values
+
+    def sampling(self, out: dict, values: dict[str, Node], where: str) -> None:
+        """Sampler, schedule and steps together, in canonical names ("dpmpp_2m_karras" becomes
+        dpmpp_2m with karras); a combination the engine refuses is an error at the key that made it."""
+        schedule = out["schedule"] if "schedule" in values or out["schedule"] != "default" else None
+        try:
+            spec = SamplerSpec.parse(out["sampler"], schedule, out["steps"])
+            spec.build()
+        except InputError as exc:
+            key = next((k for k in ("schedule", "steps", "sampler") if k in values), None)
+            if key is not None:
+                self.reader.error(values[key], f"{where}: {exc}")
+            return
+        out["sampler"], out["schedule"] = spec.sampler, spec.schedule
 
     def themes(self, node: Node, defaults: dict) -> list[Theme]:
         """The themes list: each theme's name, prompts and settings over ``defaults``."""

@@ -39,7 +39,8 @@ class Theme:
     negative: str = "text, watermark, signature, blurry, lowres"
     steps: int = defaults.STEPS             # the engine's own, as `slowframe generate --help` says
     guidance: float = defaults.GUIDANCE
-    sampler: str = "euler"
+    sampler: str = "euler"                # engine.sdxl.samplers' canonical name, or "turbo"
+    schedule: str = "default"
     size: tuple[int, int] | None = None   # None: the panel's best size
     lora: Path | None = None
     lora_weight: float = 1.0

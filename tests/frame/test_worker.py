@@ -71,6 +71,18 @@ def test_the_jobs_decoder_reaches_the_generator(tmp_path):
     assert [c["decoder"] for c in calls(model) if c["event"] == "start"] == ["tiny", "full"]
 
 
+@pytest.mark.parametrize("sampler,schedule,asked", [
+    ("dpmpp_2m", "karras", dict(sampler="dpmpp_2m", schedule="karras", turbo=False)),
+    ("lcm", "default", dict(sampler="lcm", schedule="default", turbo=False)),
+    ("turbo", "default", dict(sampler="euler_a", schedule=None, turbo=True))])
+def test_worker_asks_the_pipeline_for_the_job_sampler_and_schedule(tmp_path, sampler, schedule, asked):
+    model = write_fake_model(tmp_path / "model")
+    events = run_worker(make_job(model, sampler=sampler, schedule=schedule), tmp_path / "job")
+    assert isinstance(events[-1], Finished)
+    start = next(c for c in calls(model) if c["event"] == "start")
+    assert {k: start[k] for k in asked} == asked
+
+
 def test_stopped_worker_keeps_its_checkpoint_and_resumes_to_the_same_picture(tmp_path):
     model = write_fake_model(tmp_path / "model", step_seconds=0.2)
     job = make_job(model, steps=8)

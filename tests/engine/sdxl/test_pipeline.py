@@ -102,6 +102,15 @@ def test_the_png_documents_its_settings(tiny_sdxl, tmp_path):
     assert "Steps: 2, Sampler: Euler, CFG scale: 5.0, Seed: 77, Size: 128x64" in text
     assert json.loads(Image.open(path).text["slowframe"])["seed"] == 77
 
+    result = Pipeline.load(root).generate(PROMPT, steps=2, seed=77, width=WIDTH, height=HEIGHT,
+                                          sampler="dpmpp_2m_karras")
+    assert "Steps: 2, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 5.0" in result.parameters
+    assert (result.metadata["sampler"], result.metadata["schedule"]) == ("dpmpp_2m", "karras")
+    result = Pipeline.load(root).generate(PROMPT, seed=77, width=WIDTH, height=HEIGHT, sampler="tcd",
+                                          timesteps="999,499", gamma=0.5, guidance=0.0)
+    assert ('Steps: 2, Sampler: TCD, Schedule type: Explicit, Timesteps: "999,499", Gamma: 0.5, CFG scale: 0.0'
+            in result.parameters)
+
 
 # -- checkpoints and resume ----------------------------------------------------------
 
@@ -155,6 +164,34 @@ def test_killed_and_resumed_runs_give_byte_identical_latents_and_png(tiny_sdxl, 
     assert (broken / "out.png").read_bytes() == (whole / "out.png").read_bytes()
 
 
+# Every multistep and every stochastic sampler, killed at random moments (within a step of two
+# evaluations and within a split-CFG evaluation too, with rpi-lowmem), resumes to the same PNG.
+RESUMED_SAMPLERS = [("dpmpp_2m", "karras", "default"), ("dpmpp_2m_sde", "exponential", "rpi-lowmem"),
+                    ("dpmpp_3m_sde", "karras", "default"), ("dpmpp_2s_a", "default", "rpi-lowmem"),
+                    ("dpm2_a", "karras", "default"), ("heun", "normal", "rpi-lowmem"), ("lms", "karras", "default"),
+                    ("ipndm", "simple", "default"), ("unipc", "sgm_uniform", "rpi-lowmem"),
+                    ("ddpm", "default", "default"), ("lcm", "default", "rpi-lowmem"), ("tcd", "trailing", "default"),
+                    ("ddim", "default", "rpi-lowmem")]
+
+
+@pytest.mark.parametrize("sampler,schedule,preset", RESUMED_SAMPLERS, ids=lambda v: str(v))
+def test_every_multistep_and_stochastic_sampler_resumes_to_the_same_png(tiny_sdxl, tmp_path, sampler, schedule,
+                                                                      preset):
+    root, _ = tiny_sdxl
+    extra = ["--sampler", sampler, "--schedule", schedule, "--preset", preset, "--steps", "8"]
+    if sampler == "ddim":
+        extra += ["--eta", "0.7"]
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    run_to_completion(cli(root, whole, *extra))
+    rng = np.random.default_rng(abs(hash((sampler, schedule, preset))) % 2 ** 32)
+    for after in rng.integers(1, 3, size=2):   # each run makes 1-2 reports (and a little more) before its kill
+        kill_during_run(cli(root, broken, *extra), int(after), float(rng.uniform(0.0, 0.05)))
+    events = run_to_completion(cli(root, broken, *extra))
+    assert events[-1]["event"] == "done" and events[-1]["resumed_from"] is not None
+    assert (broken / "latents.npy").read_bytes() == (whole / "latents.npy").read_bytes()
+    assert (broken / "out.png").read_bytes() == (whole / "out.png").read_bytes()
+
+
 def generate_in(root: Path, ckpt: Path, **kw):
     args = dict(steps=4, seed=21, width=WIDTH, height=HEIGHT, sampler="dpmpp_2m_karras", checkpoint_dir=ckpt)
     return Pipeline.load(root).generate(PROMPT, NEGATIVE, **{**args, **kw})
@@ -178,6 +215,32 @@ def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before(tiny_sdxl, tmp_
     assert resumed.resumed_from == 2
     assert "unusable" in caplog.text and "resumed from step 2" in caplog.text
     np.testing.assert_array_equal(resumed.latents, whole.latents)
+
+
+def test_a_checkpoint_of_another_sampler_setting_is_refused(tiny_sdxl, tmp_path):
+    root, _ = tiny_sdxl
+    with pytest.raises(Cancelled):
+        generate_in(root, tmp_path, sampler="dpmpp_2m_sde", schedule="karras", eta=0.5, on_progress=stop_after(1))
+    for change, says in [(dict(eta=0.6), "eta: 0.5 there, 0.6 now"), (dict(schedule="exponential"),
+                         "schedule: 'karras' there, 'exponential' now"), (dict(sampler="dpmpp_3m_sde"),
+                         "sampler: 'dpmpp_2m_sde' there, 'dpmpp_3m_sde' now")]:
+        kw = {**dict(sampler="dpmpp_2m_sde", schedule="karras", eta=0.5), **change}
+        with pytest.raises(InputError, match=says):
+            generate_in(root, tmp_path, **kw)
+    resumed = generate_in(root, tmp_path, sampler="DPM++ 2M SDE", schedule="Karras", eta=0.5)
+    assert resumed.resumed_from == 1, "the same setting, however it is spelled, resumes"
+
+
+def test_progress_carries_the_estimate_of_the_picture_after_each_step(tiny_sdxl, tmp_path):
+    root, _ = tiny_sdxl
+    seen = []
+    result = generate_in(root, tmp_path, sampler="heun", steps=3, on_progress=seen.append, checkpoint_dir=None)
+    assert [(p.step, p.evaluation, p.evaluations, p.denoised is not None) for p in seen] == [
+        (0, 1, 5, False), (1, 2, 5, True), (1, 3, 5, False), (2, 4, 5, True), (3, 5, 5, True)]
+    assert all(p.denoised.shape == result.latents.shape and p.denoised.dtype == np.float32
+               for p in seen if p.denoised is not None)
+    np.testing.assert_array_equal(seen[-1].denoised, result.latents)
+    assert seen[-1].seconds_per_step is not None and seen[-1].eta_seconds == 0
 
 
 def test_a_different_job_in_the_same_folder_is_refused_until_restart(tiny_sdxl, tmp_path):
@@ -252,7 +315,12 @@ def test_sigterm_checkpoints_and_exits_promptly(tiny_sdxl, tmp_path):
 @pytest.mark.parametrize("kwargs,message", [
     (dict(width=100), "not a multiple of 8"),
     (dict(height=32), "from 64 to 4096"),
-    (dict(sampler="ddim"), "unknown sampler 'ddim'"),
+    (dict(sampler="dpmpp_2z"), "unknown sampler 'dpmpp_2z'; choose one of: dpmpp_2m, "),
+    (dict(sampler="euler", schedule="karas"), "unknown schedule 'karas'; choose one of: karras, "),
+    (dict(sampler="lcm", timesteps=[999, 1000]), "timestep 1000 is outside"),
+    (dict(sampler="lcm", timesteps="999,499,749"), "must go down"),
+    (dict(sampler="euler", eta=0.5), "sampler euler takes no eta"),
+    (dict(sampler="lcm", steps=60), "at most 50 steps"),
     (dict(steps=0), "steps must be"),
     (dict(seed=-1), "seed must be"),
     (dict(guidance=float("nan")), "guidance must be"),
@@ -263,6 +331,20 @@ def test_bad_requests_are_refused_with_what_is_allowed(tiny_sdxl, kwargs, messag
     args = dict(steps=2, width=WIDTH, height=HEIGHT)
     with pytest.raises(InputError, match=message):
         Pipeline.load(root).generate(PROMPT, **{**args, **kwargs})
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--sampler", "dpm++2z"], "unknown sampler 'dpm++2z'; choose one of: dpmpp_2m, "),
+    (["--schedule", "karas"], "unknown schedule 'karas'; choose one of: karras, "),
+    (["--timesteps", "999,1200"], "timestep 1200 is outside the model's training timesteps 0..999"),
+    (["--sampler", "tcd", "--eta", "0.3"], "sampler tcd takes no eta (tcd's amount of noise is its gamma)"),
+])
+def test_the_command_line_names_bad_sampler_settings_without_a_traceback(tiny_sdxl, tmp_path, flags, message):
+    root, _ = tiny_sdxl
+    done = subprocess.run(cli(root, tmp_path, *flags), capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 1
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "ckpt").exists() or not list((tmp_path / "ckpt").iterdir())
 
 
 def test_a_bad_request_with_restart_keeps_the_checkpoints(tiny_sdxl, tmp_path):

@@ -35,7 +35,8 @@ def test_the_example_config_passes():
     assert [t.name for t in config.themes] == ["harbours", "still life", "mountains"]
     assert all(p.severity == "warning" for p in config.warnings)   # at most: the model folder is not here
     mountains = config.theme("mountains")
-    assert (mountains.size, mountains.sampler, mountains.guidance) == ((1344, 768), "dpmpp_2m_karras", 6.0)
+    assert (mountains.size, mountains.sampler, mountains.schedule, mountains.guidance) == (
+        (1344, 768), "dpmpp_2m", "karras", 6.0)
     assert config.theme("still life").steps == 24 and config.theme("harbours").steps == 20
     assert config.theme("harbours").negative.startswith("text, watermark")
 
@@ -219,6 +220,49 @@ def test_theme_mistakes(tmp_path):
     ]
     assert (12, 11, "warning", "themes[4].size: 1000x704: SDXL works best with multiples of 64 (e.g. 1024x704)") \
         in found
+
+
+def test_samplers_and_schedules_are_read_as_the_engine_names_them(tmp_path):
+    path = tmp_path / "frame.yaml"
+    path.write_text(textwrap.dedent("""\
+        defaults:
+          sampler: DPM++ 2M Karras
+        themes:
+          - {name: a, prompt: x}
+          - {name: b, prompt: x, sampler: dpm++3msde, schedule: Exponential}
+          - {name: c, prompt: x, sampler: lcm, steps: 4}
+          - {name: d, prompt: x, sampler: turbo, steps: 2}
+        """))
+    config = load_config(path)
+    assert [(t.sampler, t.schedule) for t in config.themes] == [
+        ("dpmpp_2m", "karras"), ("dpmpp_3m_sde", "exponential"), ("lcm", "karras"), ("turbo", "karras")]
+
+
+def test_bad_samplers_and_schedules_list_the_valid_ones_nearest_first(tmp_path):
+    found = problems(tmp_path, """\
+        themes:
+          - name: a
+            prompt: x
+            sampler: dpmpp_2z
+          - name: b
+            prompt: x
+            schedule: karas
+          - name: c
+            prompt: x
+            sampler: lcm
+            steps: 60
+          - name: d
+            prompt: x
+            sampler: dpmpp_2m_karras
+            schedule: exponential
+        """)
+    errors = [p for p in found if p[2] == "error"]
+    assert [e[:2] for e in errors] == [(4, 14), (7, 15), (11, 12), (15, 15)]
+    assert errors[0][3].startswith("themes[0].sampler: 'dpmpp_2z' is not a sampler; choose one of: dpmpp_2m, ")
+    assert "turbo" in errors[0][3]
+    assert errors[1][3].startswith("themes[1].schedule: 'karas' is not a schedule; choose one of: karras, ")
+    assert "themes[2]: lcm and tcd take at most 50 steps on their own schedule, got 60" in errors[2][3]
+    assert "themes[3]: sampler 'dpmpp_2m_karras' already names the karras schedule" in errors[3][3]
 
 
 def test_an_empty_theme_list_is_an_error(tmp_path):

@@ -309,4 +309,5 @@ def test_power_needs_a_confirmation(web):
     assert web.client.post("/system/reboot", data={"csrf_token": token}).status_code == 400
     assert not (web.frame.root / "run" / "reboot").exists()
     assert web.client.post("/system/reboot", data={"csrf_token": token, "confirm": "yes"}).status_code == 200
+    web.frame.step()                               # the daemon's main loop takes it, as it takes a button's
     assert (web.frame.root / "run" / "reboot").exists()
