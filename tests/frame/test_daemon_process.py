@@ -150,7 +150,8 @@ def test_previews_on_the_panel_survive_a_sigkill_and_never_enter_the_history(tmp
     assert json.loads(sidecar.read_text())["id"] == job["id"]
     assert sorted(p.suffix for p in (tmp_path / "state" / "history").iterdir()) == [".json", ".png"]
     done = [c for c in calls(model) if c["event"] == "done" and c["seed"] == job["seed"]]
-    spec = make_job(model, steps=24, seed=job["seed"], prompt=job["prompt"], width=256, height=256)
+    spec = make_job(model, steps=24, seed=job["seed"], prompt=job["prompt"], width=256, height=256,
+                    negative_prompt=job["negative_prompt"], guidance=job["guidance"])   # the theme defaults
     assert done[0]["state"] == uninterrupted_state(spec)        # previews cost the picture nothing
     with open(tmp_path / "daemon.log", "rb") as log:
         log.seek(before)

@@ -8,6 +8,7 @@ import json
 import shutil
 
 import numpy as np
+import pytest
 import torch
 
 from conftest import pcc
