@@ -742,10 +742,12 @@ class Daemon:
         every = self.config.display.preview
         if every == "off":
             return None
+        decoder = "tiny" if job.decoder == "tiny" else "linear"   # the model's tiny decoder serves previews too
         if every == "auto":   # the step time is not known yet: count in steps
             return PreviewRequest(self.jobs.preview_path, every_steps=max(1, job.steps // (AUTO_PREVIEWS *
-                                                                                            PREVIEW_FILES)))
-        return PreviewRequest(self.jobs.preview_path, every_seconds=every * 60 / PREVIEW_FILES)
+                                                                                            PREVIEW_FILES)),
+                                  decoder=decoder)
+        return PreviewRequest(self.jobs.preview_path, every_seconds=every * 60 / PREVIEW_FILES, decoder=decoder)
 
     def _finished(self, event: Finished) -> None:
         if self.current is None or event.job_id != self.current.job.id:

@@ -24,11 +24,11 @@ from engine.atomic import atomic_folder, atomic_write
 from engine.convert import manifest as mf
 from engine.errors import ModelFileError
 from engine.safetensors import SafetensorsWriter, refuse_pickle
-from engine.sdxl.tiny_vae import tiny_vae_problem
+from engine.sdxl.tiny_vae import TINY_VAE, tiny_vae_problem
 from engine.sdxl.tiny_vae_config import CLASS_NAME, PREFIX, param_shapes, parse_config
 from engine.weights import TensorStore, find_weight_files, read_config
 
-FOLDER = "vae_tiny"
+FOLDER = TINY_VAE          # inside the model folder
 WEIGHTS = "diffusion_pytorch_model.safetensors"
 FP16_MAX = 65504.0
 # AutoencoderTiny's defaults, which are TAESDXL's: the config of a bare decoder file.

@@ -53,7 +53,7 @@ from engine.png_text import one_line
 from engine.sdxl.conditioning import Conditioning, TextEncoders
 from engine.sdxl.samplers import (SAMPLER_LABELS, SCHEDULE_LABELS, NoiseSchedule, Sampler, SamplerSpec,
                                   SamplerState, draw_noise)
-from engine.sdxl.tiny_vae import TinyVAEDecoder, tiny_vae_problem
+from engine.sdxl.tiny_vae import TINY_VAE, TinyVAEDecoder, tiny_vae_problem
 from engine.sdxl.unet import UNet
 from engine.sdxl.vae import VAEDecoder
 from engine.weights import find_weight_files
@@ -61,7 +61,6 @@ from engine.weights import find_weight_files
 log = logging.getLogger(__name__)
 
 COMPONENTS = ("unet", "vae", "text_encoder", "text_encoder_2")
-TINY_VAE = "vae_tiny"          # the tiny decoder's folder inside a model folder
 DECODERS = ("full", "tiny")
 CONDITIONING_FILE = "conditioning.ckpt"
 MAX_SEED = 2 ** 64 - 1

@@ -9,6 +9,12 @@ SDXL latents (comfy/latent_formats.py, class SDXL: ``latent_rgb_factors`` and
 ``--preview-steps`` does the same kind of map. The factors act on the sampler's latents
 (before dividing by the VAE's scaling_factor), the space ``StepProgress.denoised`` is in.
 
+The other is the tiny decoder (TAESDXL, engine/sdxl/tiny_vae.py) from the model's vae_tiny/
+folder, run on the latents averaged over 2x2 cells: a half-size picture, upscaled to full size.
+Half size because a full-size tiny decode costs about 6% of a 1024x1024 `rpi-lowmem` step and
+a half-size one about 1.5%, and a preview for a 800x480 panel loses nothing by it
+(bench/RESULTS.md#tiny-decoder).
+
 ``open_preview_decoder(kind, model)`` picks the decoder by name from PREVIEW_DECODERS: each
 entry loads its decoder for a model folder and raises EngineError (saying what it looked
 for, where) when it cannot; given ``on_fallback``, the linear map stands in and the reason
@@ -23,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from engine.errors import EngineError, InputError
+from engine.errors import EngineError, InputError, ModelFileError
 
 # ComfyUI comfy/latent_formats.py, class SDXL (rows: latent channels 0-3; columns: R, G, B)
 LATENT_RGB_FACTORS = np.array([[0.3651, 0.4232, 0.4341],
@@ -60,8 +66,37 @@ def _linear(model: Path | None) -> PreviewDecoder:
     return linear_preview
 
 
+def half_size(latents: np.ndarray) -> np.ndarray:
+    """Latents averaged over 2x2 cells (a side of odd length keeps its last row or column out)."""
+    a = np.asarray(latents, dtype=np.float32)
+    h, w = a.shape[2] // 2 * 2, a.shape[3] // 2 * 2
+    if h == 0 or w == 0:
+        return a
+    cells = a[:, :, :h, :w].reshape(a.shape[0], a.shape[1], h // 2, 2, w // 2, 2)
+    return cells.mean(axis=(3, 5), dtype=np.float32)
+
+
+def _tiny(model: Path | None) -> PreviewDecoder:
+    from engine.sdxl.tiny_vae import TINY_VAE, TinyVAEDecoder, tiny_vae_problem
+
+    if model is None:
+        raise ModelFileError("the tiny preview decoder needs a model folder to find its vae_tiny/ in")
+    folder = model / TINY_VAE
+    problem = tiny_vae_problem(folder)
+    if problem is not None:
+        raise ModelFileError(problem)
+
+    def decode(latents: np.ndarray) -> Image.Image:
+        linear_rgb(latents)          # the same shape checks as the linear map's
+        with TinyVAEDecoder.load(folder) as tiny:   # loaded per preview: 2.4 MB, nothing kept between them
+            image = tiny.to_image(tiny.decode(half_size(latents) / np.float32(tiny.scaling_factor)))
+        return image.resize((latents.shape[3] * UPSCALE, latents.shape[2] * UPSCALE), Image.Resampling.BICUBIC)
+
+    return decode
+
+
 # name -> loader(model folder) returning the decoder; a loader raises EngineError when it cannot load
-PREVIEW_DECODERS: dict[str, Callable[[Path | None], PreviewDecoder]] = {"linear": _linear}
+PREVIEW_DECODERS: dict[str, Callable[[Path | None], PreviewDecoder]] = {"linear": _linear, "tiny": _tiny}
 
 
 def open_preview_decoder(kind: str, model: Path | None = None,

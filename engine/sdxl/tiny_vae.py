@@ -43,6 +43,8 @@ from engine.sdxl.tiny_vae_config import TinyVAEConfig, layers, param_shapes, par
 from engine.sdxl.vae import check_latents, to_image
 from engine.weights import TensorStore, read_config
 
+TINY_VAE = "vae_tiny"
+"""The tiny decoder's folder inside a model folder."""
 BAND_BYTES = 16 << 20
 """A band holds this many bytes of one full-resolution activation (64 channels x 64 rows
 x 1024 columns of fp32 at 1024x1024: 8 latent rows). Chosen by measurement

@@ -147,6 +147,7 @@ def test_previews_come_every_n_minutes_with_theme_step_and_ready_time(tmp_path, 
 def test_auto_previews_come_every_quarter_of_the_making_time(frames):
     f = frames(continuous(), dt.datetime(2025, 3, 1, 8, 0))
     assert f.runner.preview_request.every_steps == 2   # 20 steps: 8 files for 4 previews
+    assert f.runner.preview_request.decoder == "linear"
     make_progress(f, 1, seconds_per_step=60)        # 20 minutes a picture: a preview every 5
     f.at(8, 4)
     assert kinds(f) == ["notice"]
@@ -275,3 +276,8 @@ def test_changing_when_previews_come_keeps_the_panel_open_and_resting(frames):
     assert kinds(f) == ["notice"]                   # the new 20 minutes apply at once
     f.at(8, 20)
     assert kinds(f) == ["notice", "preview"]
+
+
+def test_a_model_decoded_by_its_tiny_decoder_is_previewed_by_it_too(frames):
+    f = frames(continuous().replace("preset: rpi}", "preset: rpi, decoder: tiny}"), dt.datetime(2025, 3, 1, 8, 0))
+    assert f.runner.started[0][0].decoder == "tiny" and f.runner.preview_request.decoder == "tiny"

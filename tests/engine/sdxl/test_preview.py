@@ -68,3 +68,31 @@ def test_a_decoder_that_cannot_load_falls_back_to_the_linear_map_saying_why(monk
     assert told == [f"{tmp_path / 'vae_tiny'}: no such folder; previews use the linear map instead"]
     with pytest.raises(ModelFileError):
         open_preview_decoder("tiny", tmp_path)
+
+
+def test_the_tiny_preview_is_the_tiny_decoder_at_half_size_brought_to_full_size(tmp_path):
+    from PIL import Image
+
+    from engine.sdxl.preview import half_size
+    from engine.sdxl.tiny_vae import TINY_VAE, TinyVAEDecoder
+    from tiny_models import make_tiny_vae
+
+    make_tiny_vae(tmp_path / TINY_VAE)
+    latents = np.random.default_rng(3).standard_normal((1, 4, 6, 10)).astype(np.float32) * 2.5
+    preview = open_preview_decoder("tiny", tmp_path)(latents)
+    assert preview.size == (80, 48)
+    cells = half_size(latents)
+    assert cells.shape == (1, 4, 3, 5) and np.isclose(cells[0, 1, 2, 4], latents[0, 1, 4:6, 8:10].mean())
+    with TinyVAEDecoder.load(tmp_path / TINY_VAE) as tiny:
+        expected = tiny.to_image(tiny.decode(cells / np.float32(tiny.scaling_factor)))
+    assert expected.size == (40, 24)
+    assert np.array_equal(np.asarray(preview), np.asarray(expected.resize((80, 48), Image.Resampling.BICUBIC)))
+    assert not np.array_equal(np.asarray(preview), np.asarray(linear_preview(latents)))
+
+
+def test_a_model_without_a_tiny_decoder_previews_with_the_linear_map_saying_where_it_looked(tmp_path):
+    with pytest.raises(ModelFileError, match="vae_tiny"):
+        open_preview_decoder("tiny", tmp_path)
+    said = []
+    assert open_preview_decoder("tiny", tmp_path, on_fallback=said.append) is linear_preview
+    assert len(said) == 1 and "vae_tiny" in said[0] and "linear map instead" in said[0]
