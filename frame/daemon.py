@@ -344,7 +344,10 @@ class Daemon:
                              extra=_fields(self.current.job))
                 self.progress = event
                 if event.seconds_per_step:
+                    known = self.current.seconds_per_step
                     self.current.seconds_per_step = event.seconds_per_step
+                    if not known or abs(event.seconds_per_step - known) > 0.1 * known:
+                        self.jobs.save(self.current)   # a restarted daemon knows the step time (auto previews)
         elif isinstance(event, JobPreview):
             if self.current is not None and event.job_id == self.current.job.id:
                 self._preview = event

@@ -160,6 +160,19 @@ def test_auto_previews_come_every_quarter_of_the_making_time(frames):
     assert kinds(f) == ["notice", "preview", "preview"]
 
 
+def test_a_restarted_frame_keeps_the_auto_preview_cadence_of_the_picture_it_resumes(frames):
+    f = frames(continuous(), dt.datetime(2025, 3, 1, 8, 0))
+    make_progress(f, 1, seconds_per_step=60)        # 20 minutes a picture: a preview every 5
+    f.at(8, 2)
+    f.close()
+    g = frames(continuous(), dt.datetime(2025, 3, 1, 8, 3))
+    g.runner.preview(2)                             # the resumed worker's first preview, before its first step time
+    g.at(8, 7)
+    assert kinds(g) == ["notice"]                   # still nothing in the history: the first screen again
+    g.at(8, 8)
+    assert kinds(g) == ["notice", "preview"]        # one interval after it, as the saved step time says
+
+
 def test_previews_never_come_sooner_than_min_interval(frames):
     f = frames(continuous("preview: 1"), dt.datetime(2025, 3, 1, 8, 0))
     times = []
