@@ -50,7 +50,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with open_display({"backend": "file", "panel": args.panel, "output": str(out_dir), "min_interval": 0}) as display:
         display.show(result.image, caption=prompt)
     print(f"dithered for the {args.panel} panel: {out_dir / 'panel.png'} (what the panel is sent) and "
-          f"{out_dir / 'preview.png'} (what it will look like)")
+          f"{out_dir / 'look.png'} (what it will look like)")
     print(f"peak RSS {peak_rss_bytes() / 1e6:.0f} MB. The built-in model has random weights, so the picture is "
           "abstract noise; point `slowframe generate --models-path` at a real SDXL model for art.")
     return 0

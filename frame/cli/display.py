@@ -55,9 +55,9 @@ def cmd_dither(args: argparse.Namespace) -> int:
     out.putpalette(palette.flat())
     _save(out, args.output)
     message = f"wrote {args.output}: {size[0]}x{size[1]} mode P, {panel.name} inks in native order"
-    if args.preview:
-        _save(Image.fromarray(palette.render(indices), "RGB"), args.preview)
-        message += f"; preview {args.preview}"
+    if args.look:
+        _save(Image.fromarray(palette.render(indices), "RGB"), args.look)
+        message += f"; look {args.look}"
     print(message)
     if args.score:
         s = score(indices, picture, palette, settings.tone)
@@ -161,7 +161,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         help="0..1 as in inky: 1 aims with the measured inks (default), 0 with pure colours")
     dither.add_argument("--tone", default="compress", choices=TONE_MODES,
                         help="fit the picture's tones into the panel's black..white range (default compress)")
-    dither.add_argument("--preview", metavar="PNG", help="also write what the panel will look like")
+    dither.add_argument("--look", "--preview", metavar="PNG", help="also write what the panel will look like")
     dither.add_argument("--score", action="store_true", help="print the S-CIELAB error of the result")
     dither.set_defaults(func=cmd_dither)
 

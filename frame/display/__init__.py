@@ -10,7 +10,7 @@
 
 ``open_display(config)`` takes a DisplayConfig, the YAML ``display:`` mapping, or None
 (defaults: the ``inky`` backend with EEPROM detection). The ``file`` backend writes
-``panel.png`` (the palette-index picture the panel gets) and ``preview.png`` (what it
+``panel.png`` (the palette-index picture the panel gets) and ``look.png`` (what it
 will look like) instead, in the same code paths: use it on a PC and in tests.
 
 A Display fits each picture to the panel (Lanczos; cover with a saliency crop by

@@ -37,10 +37,6 @@ class DitheredPicture:
     panel_indices: np.ndarray   # (panel.height, panel.width), native orientation
     palette: Palette
 
-    def preview(self) -> Image.Image:
-        """What the panel will look like (the measured palette), in the viewer's orientation."""
-        return Image.fromarray(self.palette.render(self.indices), "RGB")
-
     def palette_image(self) -> Image.Image:
         """A mode "P" image of the viewer-oriented indices, palette = the measured inks."""
         image = Image.fromarray(self.indices, "P")

@@ -2,7 +2,7 @@
 
 In ``output``: ``panel.png`` is exactly what the inky backend would hand the panel (mode
 "P", the panel's native orientation, index i = ink i in native order, palette = the
-measured inks) and ``preview.png`` is what the mounted panel will look like.
+measured inks) and ``look.png`` is what the mounted panel will look like.
 Both are replaced atomically, so a viewer never sees half a file.
 """
 
@@ -21,7 +21,7 @@ from frame.display.panels import get_panel
 
 
 class FileDisplay(Display):
-    """A Display writing ``panel.png`` and ``preview.png`` into ``config.output``."""
+    """A Display writing ``panel.png`` and ``look.png`` into ``config.output``."""
 
     def __init__(self, config: DisplayConfig, **kwargs):
         super().__init__(get_panel(config.panel), config, **kwargs)
@@ -36,15 +36,15 @@ class FileDisplay(Display):
         return self.folder / "panel.png"
 
     @property
-    def preview_path(self) -> Path:
-        return self.folder / "preview.png"
+    def look_path(self) -> Path:
+        return self.folder / "look.png"
 
     def _refresh(self, panel_indices: np.ndarray) -> None:
         native = Image.fromarray(panel_indices, "P")
         native.putpalette(self.palette.flat())
         viewer = self._to_viewer(panel_indices)
-        preview = Image.fromarray(self.palette.render(viewer), "RGB")
-        for image, path in ((native, self.panel_path), (preview, self.preview_path)):
+        look = Image.fromarray(self.palette.render(viewer), "RGB")
+        for image, path in ((native, self.panel_path), (look, self.look_path)):
             try:
                 with atomic_write(path) as f:
                     image.save(f, format="PNG")

@@ -113,7 +113,7 @@ def test_an_upload_goes_on_the_panel_and_pinned_it_stays(frame):
     frame.clock.advance(seconds=200)
     assert upload(frame, Image.new("RGB", (300, 200), (0, 0, 255)), pin=True)["ok"]
     frame.step()
-    red, green, blue = ImageStat.Stat(Image.open(frame.display.preview_path).convert("RGB")).mean
+    red, green, blue = ImageStat.Stat(Image.open(frame.display.look_path).convert("RGB")).mean
     assert blue > 2 * red and blue > 2 * green   # the blue photo is up, in the panel's blue ink
     assert frame.daemon.pinned and ask(frame, "status")["pinned"]
     frame.runner.finish()

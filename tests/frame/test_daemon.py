@@ -119,7 +119,7 @@ def test_the_picture_goes_into_the_history_with_its_record(frame):
     assert f"Seed: {job.seed}" in png.text["parameters"]
     assert json.loads(png.text["slowframe"])["prompt"] == job.prompt
     assert frame.daemon.shown_id == entry.id
-    assert (frame.root / "panel" / "preview.png").exists()
+    assert (frame.root / "panel" / "look.png").exists()
     following = json.loads((frame.root / "state" / "job" / "job.json").read_text())["job"]
     assert following["id"] != job.id and following["theme"] == "hills"
 

@@ -76,7 +76,7 @@ def test_sigkill_mid_job_then_restart_resumes_the_same_job(tmp_path, daemons):
     spec = make_job(model, steps=10, seed=job["seed"], prompt=job["prompt"], width=256, height=256,
                     negative_prompt=record["negative_prompt"], guidance=record["guidance"])   # the theme defaults
     assert done[0]["state"] == uninterrupted_state(spec)        # the same picture as without the kill
-    assert (tmp_path / "panel" / "preview.png").exists()
+    assert (tmp_path / "panel" / "look.png").exists()
 
 
 def test_sigterm_stops_cleanly_and_keeps_the_job(tmp_path, daemons):

@@ -27,7 +27,7 @@ def test_demo_generates_a_picture_and_the_panel_files(tmp_path):
     panel = Image.open(tmp_path / "out" / "panel.png")
     assert panel.mode == "P" and panel.size == (800, 480)
     assert max(panel.getdata()) < 7, "only the 7-colour panel's native inks"
-    assert Image.open(tmp_path / "out" / "preview.png").size == (800, 480)
+    assert Image.open(tmp_path / "out" / "look.png").size == (800, 480)
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
     assert again.returncode == 0, again.stderr
     assert "making the built-in" not in again.stdout

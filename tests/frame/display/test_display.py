@@ -24,7 +24,7 @@ def test_file_backend_writes_the_panel_image_and_a_preview(tmp_path):
     display = _file_display(tmp_path)
     picture = display.show(Image.open(PHOTO))
     native = Image.open(tmp_path / "panel.png")
-    preview = Image.open(tmp_path / "preview.png")
+    preview = Image.open(tmp_path / "look.png")
     assert native.mode == "P" and native.size == (800, 480) and preview.size == (800, 480)
     indices = np.asarray(native)
     assert indices.max() < 6 and np.array_equal(indices, picture.panel_indices)
@@ -43,7 +43,7 @@ def test_portrait_mounting_turns_the_picture_for_the_panel(tmp_path):
     black = display.panel.inks.index("black")
     # panel turned 90 degrees clockwise: the viewer's top-left is the panel's bottom-left
     assert (native[-40:, :40] == black).all() and (native[:40, :40] != black).all()
-    preview = np.asarray(Image.open(tmp_path / "preview.png"))
+    preview = np.asarray(Image.open(tmp_path / "look.png"))
     assert preview.shape == (800, 480, 3) and preview[:40, :40].max() < 10
 
 
@@ -200,7 +200,7 @@ def test_cli_panels_lists_every_panel(capsys):
 def test_cli_dither_writes_a_native_order_palette_png(tmp_path, capsys, panel_name, inks):
     out = tmp_path / "out.png"
     assert main(["dither", PHOTO, str(out), "--panel", panel_name, "--method", "sierra3", "--fit", "contain",
-                 "--preview", str(tmp_path / "p.png"), "--score"]) == 0
+                 "--look", str(tmp_path / "p.png"), "--score"]) == 0
     image = Image.open(out)
     panel = get_panel(panel_name)
     assert image.mode == "P" and image.size == panel.size

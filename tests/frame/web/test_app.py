@@ -97,7 +97,7 @@ def test_pairing_shows_a_code_on_the_panel_and_sets_the_password(web, monkeypatc
     web.frame.clock.advance(seconds=200)
     assert web.client.post("/pair/code", data={"csrf_token": token}).status_code == 302
     web.frame.step()
-    card = Image.open(web.frame.display.preview_path).convert("L")
+    card = Image.open(web.frame.display.look_path).convert("L")
     assert card.size == web.frame.display.size and sum(card.histogram()[:64]) > card.width * card.height // 50
     short = {"code": codes[0], "password": "short", "repeat": "short", "csrf_token": token}
     assert "at least 8" in text(web.client.post("/pair", data=short))
@@ -243,7 +243,7 @@ def test_an_uploaded_photo_goes_to_the_panel(web):
     assert response.status_code == 302
     web.frame.step()
     assert web.frame.daemon.pinned and "Pinned" in text(web.client.get("/"))
-    blue = Image.open(web.frame.display.preview_path).convert("RGB").resize((1, 1)).getpixel((0, 0))
+    blue = Image.open(web.frame.display.look_path).convert("RGB").resize((1, 1)).getpixel((0, 0))
     assert blue[2] > 2 * blue[0]
 
 

@@ -148,7 +148,7 @@ def _listening(port: int) -> bool:
 
 
 def panel_changed(root: Path, since: float) -> bool:
-    path = root / "panel" / "preview.png"
+    path = root / "panel" / "look.png"
     return path.exists() and path.stat().st_mtime > since
 
 
@@ -163,7 +163,7 @@ def test_pair_sign_in_edit_skip_and_upload_from_a_phone(frame):
     browser.click("Show a code on the frame")
     assert "The frame is showing a code" in browser.text
     wait(lambda: panel_changed(root, before), "the pairing card on the panel")
-    url = subprocess.run(["zbarimg", "--raw", "-q", str(root / "panel" / "preview.png")], capture_output=True,
+    url = subprocess.run(["zbarimg", "--raw", "-q", str(root / "panel" / "look.png")], capture_output=True,
                          text=True).stdout.strip()
     code = re.search(r"/pair\?code=([A-Z0-9]{8})$", url)[1]
     browser.open(url.removeprefix(browser.base))   # as the phone's camera app would
@@ -216,7 +216,7 @@ def test_pair_sign_in_edit_skip_and_upload_from_a_phone(frame):
     browser.click("Put it on the panel")
     assert "The picture goes on the panel next, pinned" in browser.text
     wait(lambda: panel_changed(root, before), "the photo on the panel")
-    shown = np.asarray(Image.open(root / "panel" / "preview.png").convert("L").resize((48, 32)), dtype=float)
+    shown = np.asarray(Image.open(root / "panel" / "look.png").convert("L").resize((48, 32)), dtype=float)
     sent = np.asarray(Image.open(photo).convert("L").resize((48, 32)), dtype=float)
     assert np.corrcoef(shown.ravel(), sent.ravel())[0, 1] > 0.5   # the photo, dithered, is what the panel shows
 
