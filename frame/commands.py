@@ -234,8 +234,8 @@ def upload(daemon: Daemon, request: dict) -> dict:
     except PictureError as exc:
         return {"ok": False, "message": str(exc)}
     pin = request.get("pin") is True
+    daemon.post("pin" if pin else "unpin")   # first: once the picture is up, the page shows it pinned
     daemon.post("image", image=str(path))
-    daemon.post("pin" if pin else "unpin")
     return {"ok": True, "message": "the picture goes on the panel next" + (", pinned" if pin else "")}
 
 
