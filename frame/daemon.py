@@ -573,7 +573,7 @@ class Daemon:
         now = self.clock.now()
         job = Job(id=f"{now:%Y%m%d-%H%M%S}-{self.rng.getrandbits(24):06x}", theme=theme.name, prompt=prompt,
                   negative_prompt=theme.negative, seed=seed, steps=theme.steps, guidance=theme.guidance,
-                  sampler=theme.sampler, schedule=theme.schedule, width=width, height=height,
+                  sampler=theme.sampler, schedule=theme.schedule, recipe=theme.recipe, width=width, height=height,
                   model=str(config.model.path),
                   preset=config.model.preset, lora=str(theme.lora) if theme.lora else None,
                   lora_weight=theme.lora_weight, requested=requested, created=_iso(now))

@@ -53,7 +53,8 @@ class Job:
     preset: str
     lora: str | None = None
     lora_weight: float = 1.0
-    schedule: str = "default"
+    schedule: str = "default"        # or "explicit": the recipe's timesteps
+    recipe: str = "sdxl"             # engine.sdxl.recipes; an older job's sampler "turbo" is the turbo recipe
     requested: bool = False
     created: str = ""
 

@@ -294,9 +294,12 @@ def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> i
     kwargs = dict(negative_prompt=job.negative_prompt or None, steps=job.steps, guidance=job.guidance, seed=job.seed,
                   width=job.width, height=job.height, sampler=job.sampler, checkpoint_dir=str(checkpoint_dir),
                   on_progress=on_progress)
-    if job.sampler == "turbo":   # the config's name for the pipeline's SDXL-Turbo mode
-        kwargs.update(sampler="euler_a", turbo=True)
-    elif "schedule" in params:
+    if job.sampler == "turbo":   # a job written before recipes: the turbo recipe's own sampling
+        kwargs.update(sampler=None, recipe="turbo")
+    elif "recipe" in params:
+        kwargs["recipe"] = job.recipe
+    # "explicit" is the recipe's own timesteps (the job's sampler keeps them); any other schedule is the job's
+    if "schedule" in params and job.sampler != "turbo" and job.schedule != "explicit":
         kwargs["schedule"] = job.schedule
     if "cancel" in params:
         kwargs["cancel"] = cancel

@@ -72,7 +72,7 @@ class FakePipeline:
             f.write(json.dumps(entry) + "\n")
 
     def generate(self, prompt, negative_prompt=None, steps=20, guidance=5.0, seed=0, width=1024, height=1024,
-                 sampler="euler", turbo=False, init_noise=None, checkpoint_dir=None, restart=False,
+                 sampler="euler", recipe=None, init_noise=None, checkpoint_dir=None, restart=False,
                  on_progress=None, cancel: threading.Event | None = None, schedule=None) -> FakeResult:
         if self.behaviour.get("fail"):
             kind = StorageError if self.behaviour.get("fail_kind") == "storage" else ModelFileError
@@ -89,7 +89,7 @@ class FakePipeline:
                 raise ModelFileError(f"{ckpt}: a checkpoint of another job")
             start, state = saved["step"], np.array(saved["state"])
         self._log(event="start", prompt=prompt, seed=seed, preset=self.preset, resumed_from=start, pid=os.getpid(),
-                  sampler=sampler, schedule=schedule, turbo=turbo)
+                  sampler=sampler, schedule=schedule, recipe=recipe)
         if self.preset in self.behaviour.get("oom_presets", []):
             if self.behaviour.get("oom_kind") == "memoryerror":
                 raise MemoryError()   # Python's own out of memory, which the worker reports as such

@@ -18,10 +18,11 @@ some (ancestral and SDE samplers, ddpm, lcm, tcd; the order: engine/sdxl/sampler
 numpy guarantees the same stream on every platform. `init_noise` replaces the initial
 draw (the steps' noise still comes from the seed), exactly as diffusers treats `latents=`.
 
-Sampling: `sampler` names one of engine.sdxl.samplers.SAMPLERS (or is a SamplerSpec, as a
-recipe makes one), `schedule` one of SCHEDULES, `timesteps` an explicit list instead,
-`eta`/`gamma` the stochastic samplers' amount of fresh noise; all of it is in RunSettings,
-so a checkpoint of another setting is refused.
+Sampling: `recipe` (engine.sdxl.recipes: sdxl, turbo, lightning-4, dmd2, ...) sets the
+sampler, schedule, steps, guidance and size a kind of model was made for; `sampler` names
+one of engine.sdxl.samplers.SAMPLERS instead (or is a whole SamplerSpec), `schedule` one of
+SCHEDULES, `timesteps` an explicit list, `eta`/`gamma` the stochastic samplers' amount of
+fresh noise. All of it is in RunSettings, so a checkpoint of another setting is refused.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from engine.memory import release_free_memory
 from engine.options import resolve
 from engine.png_text import one_line
 from engine.sdxl.conditioning import Conditioning, TextEncoders
+from engine.sdxl.recipes import DEFAULT_RECIPE, Recipe, find_recipe
 from engine.sdxl.samplers import (SAMPLER_LABELS, SCHEDULE_LABELS, NoiseSchedule, Sampler, SamplerSpec,
                                   SamplerState, draw_noise)
 from engine.sdxl.unet import UNet
@@ -72,7 +74,7 @@ class RunSettings:
     seed: int
     steps: int
     sampler: str
-    turbo: bool
+    recipe: str                     # engine.sdxl.recipes: the kind of model the sampling was made for
     width: int
     height: int
     guidance: float
@@ -153,7 +155,8 @@ def parameters_text(meta: dict) -> str:
               ("Eta", meta.get("eta")), ("Gamma", meta.get("gamma")),
               ("CFG scale", meta.get("guidance")), ("Seed", meta.get("seed")),
               ("Size", f"{meta.get('width')}x{meta.get('height')}"), ("Model", meta.get("model_name")),
-              ("Model hash", (meta.get("model") or "")[:10]), ("Turbo", "yes" if meta.get("turbo") else None),
+              ("Model hash", (meta.get("model") or "")[:10]),
+              ("Recipe", meta.get("recipe") if meta.get("recipe") != DEFAULT_RECIPE else None),
               ("Version", f"slowframe {meta.get('engine_version')}")]
     lines.append(", ".join(f"{k}: {v}" for k, v in fields if v is not None))
     return "\n".join(lines)
@@ -199,25 +202,33 @@ class Pipeline:
     # -- generation ----------------------------------------------------------
 
     def generate(self, prompt: str, negative_prompt: str | None = None, steps: int | None = None,
-                 guidance: float | None = None, seed: int | None = None, width: int = 1024, height: int = 1024,
-                 sampler: str | SamplerSpec = "euler", turbo: bool = False, init_noise: np.ndarray | None = None,
+                 guidance: float | None = None, seed: int | None = None, width: int | None = None,
+                 height: int | None = None, sampler: str | SamplerSpec | None = None, recipe: str | None = None,
+                 init_noise: np.ndarray | None = None,
                  checkpoint_dir: str | Path | None = None, restart: bool = False,
                  on_progress: Callable[[StepProgress], object] | None = None, cancel: threading.Event | None = None,
                  tiled: bool = True, schedule: str | None = None, timesteps: object = None,
                  eta: float | None = None, gamma: float | None = None) -> Result:
-        """Generate one picture. `sampler` (default euler) and `schedule` (default: the model's
-        spacing) are names as engine.sdxl.samplers lists them; `timesteps` (a list, or
-        "999,749,...") replaces the schedule and sets the steps; `eta`/`gamma` set a stochastic
-        sampler's fresh noise. `sampler` may instead be a whole SamplerSpec (then leave
-        steps, schedule, timesteps, eta and gamma out). `turbo` is the SDXL-Turbo mode (Euler
-        ancestral, trailing schedule, no CFG; default 1 step). With `checkpoint_dir` the run
+        """Generate one picture. `recipe` (default sdxl: euler, 20 steps, guidance 5, 1024x1024)
+        names the kind of model (engine.sdxl.recipes) and gives the defaults for everything
+        below; a recipe made for a LoRA needs one (Pipeline.load's `loras`) or a model imported
+        with it. `sampler` and `schedule` are names as engine.sdxl.samplers lists them;
+        `timesteps` (a list, or "999,749,...") replaces the schedule and sets the steps;
+        `eta`/`gamma` set a stochastic sampler's fresh noise. `sampler` may instead be a whole
+        SamplerSpec (then leave steps, schedule, timesteps, eta and gamma out). Steps outside
+        what the recipe supports are refused. With `checkpoint_dir` the run
         checkpoints after every UNet evaluation and resumes a run with the same settings from
         there; `restart` discards what is there. Returning False from `on_progress`, or
         setting `cancel`, stops the run with Cancelled (within one op; the last checkpoint is kept)."""
-        spec = sampler_spec(sampler, steps, schedule, timesteps, eta, gamma, turbo)
+        recipe = find_recipe(DEFAULT_RECIPE if recipe is None else recipe)
+        missing = recipe.missing_file(self.root, self.loras)
+        if missing:
+            raise InputError(missing)
+        spec = sampler_spec(recipe, sampler, steps, schedule, timesteps, eta, gamma)
         sampler = spec.build(self.schedule)     # a schedule the model cannot do fails here
-        guidance = (0.0 if turbo else 5.0) if guidance is None else guidance
-        request = (prompt, negative_prompt, spec, turbo, width, height, guidance, init_noise)
+        guidance = recipe.guidance if guidance is None else guidance
+        width, height = width or recipe.size[0], height or recipe.size[1]
+        request = (prompt, negative_prompt, spec, recipe.name, width, height, guidance, init_noise)
         self._settings(0 if seed is None else seed, *request)   # refuse bad requests before touching checkpoints
         store = CheckpointDir(checkpoint_dir, log=log.warning) if checkpoint_dir is not None else None
         if store is not None and restart:
@@ -290,7 +301,7 @@ class Pipeline:
             for f in files:
                 f.close()
 
-    def _settings(self, seed, prompt, negative_prompt, spec: SamplerSpec, turbo, width, height, guidance,
+    def _settings(self, seed, prompt, negative_prompt, spec: SamplerSpec, recipe: str, width, height, guidance,
                   init_noise) -> RunSettings:
         if not isinstance(prompt, str):
             raise InputError(f"prompt must be text, got {type(prompt).__name__}")
@@ -310,30 +321,24 @@ class Pipeline:
                 raise InputError(f"init noise must be finite floats of shape {list(expected)} for {width}x{height}, "
                                  f"got {noise.dtype} {list(noise.shape)}")
             noise_hash = hashlib.sha256(np.ascontiguousarray(noise, dtype=np.float32).tobytes()).hexdigest()
-        return RunSettings(prompt, negative_prompt, seed, spec.steps, spec.sampler, bool(turbo), width, height,
+        return RunSettings(prompt, negative_prompt, seed, spec.steps, spec.sampler, recipe, width, height,
                            float(guidance), self.model_id, self.preset, engine.__version__, noise_hash, self.lora_ids,
                            spec.schedule, spec.timesteps, spec.eta, spec.gamma)
 
 
-def sampler_spec(sampler: str | SamplerSpec, steps: int | None, schedule: str | None, timesteps: object,
-                 eta: float | None, gamma: float | None, turbo: bool) -> SamplerSpec:
-    """The run's SamplerSpec from generate()'s arguments. Turbo mode is euler_a on the
-    trailing schedule, 1 step unless told otherwise."""
+def sampler_spec(recipe: Recipe, sampler: str | SamplerSpec | None, steps: int | None, schedule: str | None,
+                 timesteps: object, eta: float | None, gamma: float | None) -> SamplerSpec:
+    """The run's SamplerSpec from generate()'s arguments: the recipe's, with what is given instead."""
     if isinstance(sampler, SamplerSpec):
         given = [k for k, v in (("steps", steps), ("schedule", schedule), ("timesteps", timesteps), ("eta", eta),
                                 ("gamma", gamma)) if v is not None]
-        if given or turbo:
-            raise InputError(f"a SamplerSpec already holds the sampling settings; leave out "
-                             f"{', '.join(given) or 'turbo'}")
+        if given:
+            raise InputError(f"a SamplerSpec already holds the sampling settings; leave out {', '.join(given)}")
         # read again, so a spec made field by field (not by SamplerSpec.parse) is checked too
-        return SamplerSpec.parse(sampler.sampler, None if sampler.timesteps else sampler.schedule, sampler.steps,
-                                 sampler.timesteps, sampler.eta, sampler.gamma)
-    if turbo:
-        if schedule is not None or timesteps is not None:
-            raise InputError("turbo mode is euler_a on the trailing schedule; leave out the schedule and "
-                             "timesteps, or leave out turbo")
-        return SamplerSpec.parse("euler_a", "trailing", 1 if steps is None else steps, None, eta, gamma)
-    return SamplerSpec.parse(sampler, schedule, steps, timesteps, eta, gamma)
+        return recipe.spec(sampler.steps if sampler.timesteps is None else None, sampler.sampler,
+                           None if sampler.timesteps else sampler.schedule, sampler.timesteps, sampler.eta,
+                           sampler.gamma)
+    return recipe.spec(steps, sampler, schedule, timesteps, eta, gamma)
 
 
 class _Run:

@@ -20,7 +20,9 @@ import numpy as np
 from engine.atomic import atomic_write
 from engine.errors import Cancelled, InputError
 from engine.options import PRESETS
+from engine.sdxl.recipes import RECIPES
 from engine.sdxl.samplers import SAMPLERS, SCHEDULES
+
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -30,14 +32,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--models-path", required=True, metavar="DIR", help="an SDXL model folder (diffusers layout)")
     p.add_argument("--prompt", required=True, help="what to draw; (word:1.3) and [word] set emphasis")
     p.add_argument("--neg-prompt", default=None, metavar="TEXT", help="what to avoid")
-    p.add_argument("--steps", type=int, default=None, help="sampling steps (default 20; 1 with --turbo)")
+    p.add_argument("--steps", type=int, default=None, help="sampling steps (default: the recipe's, 20 for sdxl)")
     p.add_argument("--seed", type=int, default=None, help="0..2^64-1 (default: random, printed)")
-    p.add_argument("--width", type=int, default=None, help="pixels, a multiple of 64 (default 1024)")
-    p.add_argument("--height", type=int, default=None, help="pixels, a multiple of 64 (default 1024)")
+    p.add_argument("--width", type=int, default=None, help="pixels, a multiple of 64 (default: the recipe's, 1024)")
+    p.add_argument("--height", type=int, default=None, help="pixels, a multiple of 64 (default: the recipe's, 1024)")
     p.add_argument("--res", default=None, metavar="WxH", help="width and height at once, e.g. 1344x768")
-    p.add_argument("--guidance", type=float, default=None, help="classifier-free guidance (default 5; 0 with --turbo)")
-    p.add_argument("--sampler", default="euler", metavar="NAME",
-                   help=f"{', '.join(SAMPLERS)} (OnnxStream's names too, e.g. dpm++2m; default: %(default)s)")
+    p.add_argument("--guidance", type=float, default=None, help="classifier-free guidance (default: the recipe's, 5 for sdxl, 0 for the few-step models)")
+    p.add_argument("--recipe", default=None, metavar="NAME",
+                   help=f"the sampling a kind of model was made for: {', '.join(RECIPES)} (default sdxl; "
+                        "the README lists the files each needs)")
+    p.add_argument("--sampler", default=None, metavar="NAME",
+                   help=f"{', '.join(SAMPLERS)} (OnnxStream's names too, e.g. dpm++2m; default: the recipe's)")
     p.add_argument("--schedule", default=None, metavar="NAME",
                    help=f"{', '.join(SCHEDULES)} (default: the model's own spacing)")
     p.add_argument("--timesteps", default=None, metavar="T,T,...",
@@ -46,7 +51,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="fresh noise per step, 0-1, for euler_a, dpm2_a, dpmpp_2s_a, dpmpp_2m_sde, dpmpp_3m_sde "
                         "(default 1) and ddim (default 0)")
     p.add_argument("--gamma", type=float, default=None, help="tcd's fresh noise per step, 0-1 (default 0.3)")
-    p.add_argument("--turbo", action="store_true", help="SDXL-Turbo mode: euler_a, trailing schedule, no CFG")
+    p.add_argument("--turbo", action="store_true", help="the same as --recipe turbo")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:WEIGHT]",
                    help="a style LoRA applied while the weights stream (repeatable; weight default 1)")
     p.add_argument("--preset", choices=list(PRESETS), default="default",
@@ -71,7 +76,7 @@ def size_from(args: argparse.Namespace) -> tuple[int, int]:
         if not sep or not w.isdigit() or not h.isdigit():
             raise InputError(f"--res must look like 1024x1024 (width x height), got '{args.res}'")
         return int(w), int(h)
-    return args.width or 1024, args.height or 1024
+    return args.width, args.height
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -79,6 +84,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     width, height = size_from(args)
+    if args.turbo:
+        if args.recipe not in (None, "turbo"):
+            raise InputError(f"--turbo is --recipe turbo; give one recipe, not also --recipe {args.recipe}")
+        args.recipe = "turbo"
     overrides = {"ops_printf": True} if args.ops_printf else {}
     loras = []
     if args.lora:     # engine.convert only when needed: what is imported stays resident through the UNet
@@ -100,7 +109,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     progress = JsonProgress() if args.json else ProgressBar()
     try:
         result = pipe.generate(args.prompt, args.neg_prompt, steps=args.steps, guidance=args.guidance,
-                               seed=args.seed, width=width, height=height, sampler=args.sampler, turbo=args.turbo,
+                               seed=args.seed, width=width, height=height, sampler=args.sampler, recipe=args.recipe,
                                schedule=args.schedule, timesteps=args.timesteps, eta=args.eta, gamma=args.gamma,
                                init_noise=init_noise, checkpoint_dir=args.checkpoint_dir, restart=args.restart,
                                on_progress=progress, cancel=cancel, tiled=not args.not_tiled)

@@ -34,10 +34,11 @@ class Theme:
     name: str
     templates: tuple[Template, ...]
     negative: str = ""
+    recipe: str = "sdxl"                  # engine.sdxl.recipes: the kind of model the sampling is made for
     steps: int = 20
-    guidance: float = 7.0
-    sampler: str = "euler"                # engine.sdxl.samplers' canonical name, or "turbo"
-    schedule: str = "default"
+    guidance: float = 5.0                 # the sdxl recipe's
+    sampler: str = "euler"                # engine.sdxl.samplers' canonical name
+    schedule: str = "default"             # or "explicit": the recipe's timesteps
     size: tuple[int, int] | None = None   # None: the panel's best size
     lora: Path | None = None
     lora_weight: float = 1.0
