@@ -68,7 +68,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_generate)
 
 
-def size_from(args: argparse.Namespace) -> tuple[int, int]:
+def size_from(args: argparse.Namespace) -> tuple[int | None, int | None]:
     if args.res is not None:
         if args.width is not None or args.height is not None:
             raise InputError("give either --res WxH or --width/--height, not both")

@@ -14,7 +14,7 @@ from pathlib import Path
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from engine.errors import InputError
-from engine.sdxl.recipes import RECIPES, find_recipe
+from engine.sdxl.recipes import find_recipe
 from engine.sdxl.samplers import SAMPLERS, SCHEDULES, nearest_first
 from engine.sdxl.samplers.names import normalised, sampler_name, schedule_name
 from frame.config.reader import (AnyName, FilePath, Number, Problem, Reader, Text, Whole, column_offset, is_null,
