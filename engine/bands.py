@@ -77,8 +77,9 @@ class Compact(BandedImage):
     """An activation kept as fp16 or dynamically quantised uint8 until it is read back.
 
     Stored row-major as (B, H, C, W) so a band of rows is one contiguous block.
-    uint8 uses one scale and zero point per tensor; the range is the 0.1/99.9
-    percentiles (extended to include 0), as OnnxStream does for its skip tensors.
+    uint8 uses one scale and zero point per picture of the batch (so a picture is stored
+    alike alone or beside others); the range is the 0.1/99.9 percentiles (extended to
+    include 0), as OnnxStream does for its skip tensors.
     """
 
     def __init__(self, x: np.ndarray, dtype: str):
@@ -87,7 +88,7 @@ class Compact(BandedImage):
         if dtype == "fp16":
             self.data = np.empty((B, H, C, W), dtype=np.uint16)
         else:
-            self.scale, self.zero = uint8_range(x)
+            self.ranges = [uint8_range(x[b]) for b in range(B)]
             self.data = np.empty((B, H, C, W), dtype=np.uint8)
         step = max(1, (1 << 20) // (4 * C * W))
         band = np.empty((step, C, W), dtype=np.float32)
@@ -98,7 +99,7 @@ class Compact(BandedImage):
                 if dtype == "fp16":
                     kernels.f32_to_f16(band[:n], self.data[b, y0:y0 + n])
                 else:
-                    kernels.quant_u8(band[:n], self.scale, self.zero, self.data[b, y0:y0 + n])
+                    kernels.quant_u8(band[:n], *self.ranges[b], self.data[b, y0:y0 + n])
 
     @property
     def nbytes(self) -> int:
@@ -110,7 +111,7 @@ class Compact(BandedImage):
             if self.dtype == "fp16":
                 kernels.f16_to_f32(raw, row)
             else:
-                kernels.dequant_u8(raw, self.scale, self.zero, row)
+                kernels.dequant_u8(raw, *self.ranges[b], row)
             out[:, i] = row
 
 

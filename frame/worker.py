@@ -45,7 +45,7 @@ from pathlib import Path
 
 from engine.atomic import atomic_write
 from engine.errors import Cancelled, EngineError, StorageError
-from frame.jobs import Job
+from frame.jobs import Job, picture_path
 
 DEFAULT_GENERATOR = "frame.worker:load_sdxl"
 EXIT_OK, EXIT_USER, EXIT_INTERNAL, EXIT_CANCELLED, EXIT_OOM = 0, 1, 3, 75, 137
@@ -305,13 +305,16 @@ def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> i
         kwargs["cancel"] = cancel
         stop.graceful = True
     started = time.monotonic()
-    result = generate(job.prompt, **kwargs)
+    if job.pictures > 1:     # one pass over the weights for all of them (engine.sdxl.Pipeline.generate_batch)
+        results = generator.generate_batch(job.prompt, num=job.pictures, **kwargs)
+    else:
+        results = [generate(job.prompt, **kwargs)]
     if cancel.is_set():
         raise Cancelled()
-    image = getattr(result, "image", result)
-    metadata = getattr(result, "metadata", None) or {}
-    with atomic_write(output, durable=True) as f:
-        image.save(f, format="PNG")
+    for i, result in enumerate(results):
+        with atomic_write(picture_path(output, i), durable=True) as f:
+            getattr(result, "image", result).save(f, format="PNG")
+    metadata = getattr(results[0], "metadata", None) or {}
     per_step = timing["per_step"] or (time.monotonic() - started) / max(1, job.steps)
     emit({"event": "done", "output": str(output), "seconds_per_step": per_step,
           "metadata": json.loads(json.dumps(dict(metadata), default=str))})

@@ -109,6 +109,16 @@ class FakePipeline:
         self._log(event="done", prompt=prompt, seed=seed, state=state.tolist())
         return FakeResult(picture(state, width, height), {"prompt": prompt, "seed": seed, "model": "fake"})
 
+    def generate_batch(self, prompt, num=1, seed=0, checkpoint_dir=None, **kwargs) -> list[FakeResult]:
+        """The pictures of seeds seed, seed+1, ... one after another (each checkpointed in its own folder)."""
+        results = []
+        for i in range(num):
+            folder = None if checkpoint_dir is None else Path(checkpoint_dir) / str(i)
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True)
+            results.append(self.generate(prompt, seed=seed + i, checkpoint_dir=folder, **kwargs))
+        return results
+
 
 def load_fake(model: str, preset: str, loras) -> FakePipeline:
     return FakePipeline(model, preset, loras)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -220,6 +221,24 @@ class Pipeline:
         checkpoints after every UNet evaluation and resumes a run with the same settings from
         there; `restart` discards what is there. Returning False from `on_progress`, or
         setting `cancel`, stops the run with Cancelled (within one op; the last checkpoint is kept)."""
+        return self._generate(1, **{k: v for k, v in locals().items() if k != "self"})[0]
+
+    def generate_batch(self, prompt: str, num: int = 2, **options: object) -> list[Result]:
+        """`num` pictures in one pass over the weights, seeds seed, seed+1, ... (`options` are
+        generate's): each the picture a run of its own with that seed gives (its own noise
+        stream, to float32 rounding: README), evaluated by the UNet as one batch so each weight
+        is read once a step for all of them, checkpointed together and decoded one after another.
+        The preset's memory budget limits `num` (check_pictures)."""
+        try:
+            bound = inspect.signature(self.generate).bind(prompt, **options)
+        except TypeError as e:
+            raise InputError(f"generate_batch: {e}") from None
+        bound.apply_defaults()
+        return self._generate(num, **bound.arguments)
+
+    def _generate(self, num, prompt, negative_prompt, steps, guidance, seed, width, height, sampler, recipe,
+                  init_noise, checkpoint_dir, restart, on_progress, cancel, tiled, schedule, timesteps, eta,
+                  gamma) -> list[Result]:
         recipe = find_recipe(DEFAULT_RECIPE if recipe is None else recipe)
         missing = recipe.missing_file(self.root, self.loras)
         if missing:
@@ -230,6 +249,9 @@ class Pipeline:
         width, height = width or recipe.size[0], height or recipe.size[1]
         request = (prompt, negative_prompt, spec, recipe.name, width, height, guidance, init_noise)
         self._settings(0 if seed is None else seed, *request)   # refuse bad requests before touching checkpoints
+        check_pictures(num, width, height, self.options, init_noise is not None)
+        if seed is not None and seed + num - 1 > MAX_SEED:
+            raise InputError(f"seeds {seed} to {seed + num - 1} go past {MAX_SEED}; choose a smaller seed")
         store = CheckpointDir(checkpoint_dir, log=log.warning) if checkpoint_dir is not None else None
         if store is not None and restart:
             store.clear()
@@ -237,18 +259,23 @@ class Pipeline:
         latest = store.latest() if store is not None else None
         if seed is None:
             seed = latest.meta["job"].get("seed") if latest is not None else secrets.randbits(63)
-        settings = self._settings(seed, *request)
-        if latest is not None and latest.meta.get("job") != settings.to_dict():
-            raise InputError(f"{store.path} holds checkpoints of a different job ("
-                             + "; ".join(settings.differences(latest.meta.get("job") or {}))
+        batch = [self._settings(seed + i, *request) for i in range(num)]
+        job = batch_job(batch)
+        if latest is not None and latest.meta.get("job") != job:
+            theirs = latest.meta.get("job") or {}
+            differences = batch[0].differences(theirs)
+            if theirs.get("pictures", 1) != num:
+                differences.append(f"pictures: {theirs.get('pictures', 1)} there, {num} now")
+            raise InputError(f"{store.path} holds checkpoints of a different job (" + "; ".join(differences)
                              + "). Use --restart (restart=True) to discard them and start this job over, "
                              "or choose another checkpoint folder.")
-        run = _Run(self, settings, sampler, store, on_progress, cancel)
-        latents = run.sample(latest, init_noise)
+        run = _Run(self, batch, sampler, store, on_progress, cancel)
+        finals = run.sample(latest, init_noise)
         release_free_memory()        # each stage's peak, not the sum: the UNet is gone, the VAE comes
-        image = self.decode(latents, tiled=tiled, cancel=cancel)
         timings = {"seconds_per_step": run.seconds_per_step(), "checkpoint_seconds": round(run.checkpoint_seconds, 4)}
-        return Result(image, latents, {**settings.to_dict(), "model_name": self.root.name}, timings, run.resumed_from)
+        return [Result(self.decode(latents, tiled=tiled, cancel=cancel), latents,
+                       {**settings.to_dict(), "model_name": self.root.name}, timings, run.resumed_from)
+                for settings, latents in zip(batch, finals)]
 
     def decode(self, latents: np.ndarray, tiled: bool = True, cancel: threading.Event | None = None) -> Image.Image:
         """Final latents (before VAE scaling) -> RGB picture, through the tiled VAE."""
@@ -342,13 +369,16 @@ def sampler_spec(recipe: Recipe, sampler: str | SamplerSpec | None, steps: int |
 
 
 class _Run:
-    """One run's sampling loop with its checkpoints."""
+    """One run's sampling loop over a batch of pictures (one sampler state and noise stream
+    each, evaluated as one UNet batch), with its checkpoints."""
 
-    def __init__(self, pipe: Pipeline, settings: RunSettings, sampler: Sampler, store: CheckpointDir | None,
+    def __init__(self, pipe: Pipeline, batch: list[RunSettings], sampler: Sampler, store: CheckpointDir | None,
                  on_progress: Callable[[StepProgress], object] | None, cancel: threading.Event | None):
-        self.pipe, self.settings, self.sampler, self.store = pipe, settings, sampler, store
+        self.pipe, self.batch, self.sampler, self.store = pipe, batch, sampler, store
+        self.settings = batch[0]     # what the pictures share (all but the seed)
+        self.job = batch_job(batch)
         self.on_progress, self.cancel = on_progress, cancel
-        self.cfg = settings.guidance > 1.0
+        self.cfg = self.settings.guidance > 1.0
         self.split = self.cfg and not pipe.options.cfg_batch
         self.per_evaluation = 2 if self.split else 1       # UNet calls per sampler evaluation
         self.resumed_from: int | None = None
@@ -361,81 +391,88 @@ class _Run:
     def seconds_per_step(self) -> float | None:
         return round(sum(self.step_seconds) / len(self.step_seconds), 3) if self.step_seconds else None
 
-    def sample(self, latest, init_noise: np.ndarray | None) -> np.ndarray:
-        settings, sampler = self.settings, self.sampler
-        rng = np.random.Generator(np.random.PCG64(settings.seed))
+    def sample(self, latest, init_noise: np.ndarray | None) -> list[np.ndarray]:
+        """Each picture's final latents."""
+        settings, sampler, n = self.settings, self.sampler, len(self.batch)
+        rngs = [np.random.Generator(np.random.PCG64(s.seed)) for s in self.batch]
         shape = (1, 4, settings.height // 8, settings.width // 8)
         if latest is not None:
-            state = SamplerState.restore(latest.arrays, latest.meta)
+            states = [SamplerState.restore(picture_arrays(latest.arrays, i), latest.meta) for i in range(n)]
             half, eps_first = latest.meta["half"], latest.arrays.get("eps_first")
-            rng.bit_generator.state = latest.meta["rng"]
-            self.resumed_from = state.step
-            if state.stage or half:
+            for rng, saved in zip(rngs, latest.meta["rng"]):
+                rng.bit_generator.state = saved
+            self.resumed_from = states[0].step
+            if states[0].stage or half:
                 self._step_pending = None
-            log.info("resumed from step %d of %d, %d evaluations in (%s)", state.step, sampler.steps,
-                     self.done(state, half), latest.path.name)
+            log.info("resumed from step %d of %d, %d evaluations in (%s)", states[0].step, sampler.steps,
+                     self.done(states[0], half), latest.path.name)
         else:
             half, eps_first = 0, None
-            noise = draw_noise(rng, shape) if init_noise is None else np.asarray(init_noise, dtype=np.float32)
-            state = sampler.start(noise)
-        if sampler.finished(state):
-            return state.x
+            states = [sampler.start(draw_noise(rng, shape) if init_noise is None
+                                    else np.asarray(init_noise, dtype=np.float32)) for rng in rngs]
+        if sampler.finished(states[0]):
+            return [state.x for state in states]
         self._cancel_check()
         cond = self.pipe.conditioning(settings, self.store, self.cancel)
         release_free_memory()        # the text encoders are gone; the UNet comes
         h, w = settings.height, settings.width
-        time_ids = np.array([[h, w, 0, 0, h, w]], dtype=np.float32)
+        time_ids = np.repeat(np.array([[h, w, 0, 0, h, w]], dtype=np.float32), n, 0)
+        negative = (np.repeat(cond.negative_embeds, n, 0), np.repeat(cond.negative_pooled, n, 0))
+        positive = (np.repeat(cond.prompt_embeds, n, 0), np.repeat(cond.pooled, n, 0))
         with UNet.load(self.pipe.root / "unet", self.pipe.preset, **self.pipe.overrides) as unet, \
                 self.pipe._styles() as loras:
             unet.cancel = self.cancel
             if loras:
                 from engine.convert.lora import attach_loras
                 attach_loras(unet, "unet", loras)
-            while not sampler.finished(state):
+            while not sampler.finished(states[0]):
                 started = time.perf_counter()
-                x_in, t = sampler.model_input(state)
+                inputs = [sampler.model_input(state) for state in states]
+                x_in, t = np.concatenate([x for x, _ in inputs]), inputs[0][1]   # one step: one timestep
                 if not self.cfg:
-                    eps = unet(x_in, t, cond.prompt_embeds, cond.pooled, time_ids)
+                    eps = unet(x_in, t, *positive, time_ids)
                 elif not self.split:
-                    both = unet(np.concatenate([x_in, x_in]), t,
-                                np.concatenate([cond.negative_embeds, cond.prompt_embeds]),
-                                np.concatenate([cond.negative_pooled, cond.pooled]), np.repeat(time_ids, 2, 0))
-                    eps = guided(both[:1], both[1:], settings.guidance)
+                    both = unet(np.concatenate([x_in, x_in]), t, *(np.concatenate(pair) for pair in
+                                                                   zip(negative, positive)), np.concatenate(
+                        [time_ids, time_ids]))
+                    eps = guided(both[:n], both[n:], settings.guidance)
                 else:
-                    # Split CFG: two batch-1 evaluations. Their order alternates with the sampler's
+                    # Split CFG: two evaluations of the batch. Their order alternates with the sampler's
                     # evaluations, so each starts with the conditioning the last one ended with and
                     # a single cached K/V entry (kv_cache_entries=1) is reused every other evaluation.
-                    flip = (sampler.evaluations_before(state.step) + state.stage) % 2
-                    halves = [(cond.negative_embeds, cond.negative_pooled), (cond.prompt_embeds, cond.pooled)]
+                    flip = (sampler.evaluations_before(states[0].step) + states[0].stage) % 2
+                    halves = [negative, positive]
                     if flip:
                         halves.reverse()
                     if half == 0:
                         eps_first = unet(x_in, t, *halves[0], time_ids)
                         half = 1
-                        self._evaluated(state, half, rng, eps_first, time.perf_counter() - started)
+                        self._evaluated(states, half, rngs, eps_first, time.perf_counter() - started)
                         continue
                     eps_second = unet(x_in, t, *halves[1], time_ids)
-                    uncond, positive = (eps_second, eps_first) if flip else (eps_first, eps_second)
-                    eps = guided(uncond, positive, settings.guidance)
-                sampler.advance(state, eps, rng)
+                    uncond, cond_eps = (eps_second, eps_first) if flip else (eps_first, eps_second)
+                    eps = guided(uncond, cond_eps, settings.guidance)
+                for i, (state, rng) in enumerate(zip(states, rngs)):
+                    sampler.advance(state, eps[i:i + 1], rng)
                 half, eps_first = 0, None
-                self._evaluated(state, half, rng, None, time.perf_counter() - started)
-        return state.x
+                self._evaluated(states, half, rngs, None, time.perf_counter() - started)
+        return [state.x for state in states]
 
     def done(self, state: SamplerState, half: int) -> int:
         """UNet calls done by the time the run is at `state` and `half`."""
         return (self.sampler.evaluations_before(state.step) + state.stage) * self.per_evaluation + half
 
-    def _evaluated(self, state: SamplerState, half: int, rng: np.random.Generator, eps_first: np.ndarray | None,
-                   seconds: float) -> None:
+    def _evaluated(self, states: list[SamplerState], half: int, rngs: list[np.random.Generator],
+                   eps_first: np.ndarray | None, seconds: float) -> None:
         """Checkpoint, then report progress; stop here if asked."""
+        state = states[0]     # the pictures are at the same step and stage
         if self.store is not None:
             started = time.perf_counter()
-            arrays = state.arrays()
+            arrays = {picture_key(i, k): v for i, s in enumerate(states) for k, v in s.arrays().items()}
             if eps_first is not None:
                 arrays["eps_first"] = eps_first
-            self.store.save({"job": self.settings.to_dict(), **state.scalars(), "half": half,
-                             "rng": rng.bit_generator.state}, arrays)
+            self.store.save({"job": self.job, **state.scalars(), "half": half,
+                             "rng": [rng.bit_generator.state for rng in rngs]}, arrays)
             self.checkpoint_seconds += time.perf_counter() - started
         self._measured_seconds += seconds
         self._measured_calls += 1
@@ -458,6 +495,56 @@ class _Run:
     def _cancel_check(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
             raise Cancelled("stopped on request")
+
+
+def batch_job(batch: list[RunSettings]) -> dict:
+    """What a batch's checkpoints are of: the first picture's settings (the others differ by
+    their seed only) and, for more than one, how many."""
+    job = batch[0].to_dict()
+    return job if len(batch) == 1 else {**job, "pictures": len(batch)}
+
+
+def picture_key(i: int, key: str) -> str:
+    """Picture i's name for a checkpoint array (picture 0's are the plain names)."""
+    return key if i == 0 else f"picture{i}.{key}"
+
+
+def picture_arrays(arrays: dict[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
+    """Picture i's arrays from a checkpoint, under their plain names."""
+    if i == 0:
+        return {k: v for k, v in arrays.items() if not k.startswith("picture") and k != "eps_first"}
+    prefix = f"picture{i}."
+    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+
+
+# A UNet evaluation's peak RSS in rpi-lowmem at batch 1 is 152 MB at 64x64 latents and 216 MB
+# at 128x128 (bench/RESULTS.md#unet-speed): memory that does not grow with the picture plus
+# activations growing with the latent area. A picture more in a batch adds its activations
+# again and its own cross-attention K/V (fp16, ~25 MB: engine/options.py, kv_cache_entries).
+# Estimates from those batch-1 figures, not measured at batch 2 and more.
+ACTIVATION_BYTES_PER_LATENT_PIXEL = (216e6 - 152e6) / (128 * 128 - 64 * 64)
+FIXED_BYTES = 152e6 - 64 * 64 * ACTIVATION_BYTES_PER_LATENT_PIXEL
+KV_BYTES_PER_PICTURE = 25e6
+
+
+def pictures_within(budget: int, width: int, height: int) -> int:
+    """How many pictures of this size one UNet batch holds within `budget` bytes (at least 1)."""
+    activations = (width // 8) * (height // 8) * ACTIVATION_BYTES_PER_LATENT_PIXEL
+    return max(1, 1 + int((budget - FIXED_BYTES - activations) // (activations + KV_BYTES_PER_PICTURE)))
+
+
+def check_pictures(num: int, width: int, height: int, options, init_noise: bool) -> None:
+    """Refuse a number of pictures that is not one, or a batch the preset's memory budget does not hold."""
+    if not isinstance(num, int) or isinstance(num, bool) or num < 1:
+        raise InputError(f"the number of pictures must be a whole number from 1, got {num!r}")
+    if init_noise and num > 1:
+        raise InputError("init noise is one picture's; give it with one picture, or leave it out")
+    if options.memory_budget and num > 1:
+        fits = pictures_within(options.memory_budget, width, height)
+        if num > fits:
+            raise InputError(f"{num} pictures of {width}x{height} at once do not fit the preset's "
+                             f"{options.memory_budget / 1e6:.0f} MB budget; at most {fits} at that size "
+                             f"(see the README: several pictures per pass)")
 
 
 def guided(eps_uncond: np.ndarray, eps_cond: np.ndarray, guidance: float) -> np.ndarray:

@@ -22,6 +22,7 @@ from pathlib import Path
 from engine.errors import InputError
 from engine.sdxl.samplers import SamplerSpec, nearest_first
 from engine.sdxl.samplers.names import sampler_name
+from engine.sdxl.samplers.schedules import MAX_STEPS
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Recipe:
     sampler: str
     schedule: str = "default"
     steps: int = 20
-    step_range: tuple[int, int] = (1, 150)   # the steps the model supports (explicit timesteps fix them)
+    step_range: tuple[int, int] = (1, MAX_STEPS)   # the steps the model supports (the samplers' limit for sdxl)
     guidance: float = 0.0
     timesteps: tuple[int, ...] | None = None
     eta: float | None = None

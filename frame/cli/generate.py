@@ -34,6 +34,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--neg-prompt", default=None, metavar="TEXT", help="what to avoid")
     p.add_argument("--steps", type=int, default=None, help="sampling steps (default: the recipe's, 20 for sdxl)")
     p.add_argument("--seed", type=int, default=None, help="0..2^64-1 (default: random, printed)")
+    p.add_argument("--num", type=int, default=1, metavar="N",
+                   help="N pictures in one pass over the weights, seeds SEED, SEED+1, ... (written as "
+                        "OUTPUT-1.png, OUTPUT-2.png, ...; the preset's memory budget limits N)")
     p.add_argument("--width", type=int, default=None, help="pixels, a multiple of 64 (default: the recipe's, 1024)")
     p.add_argument("--height", type=int, default=None, help="pixels, a multiple of 64 (default: the recipe's, 1024)")
     p.add_argument("--res", default=None, metavar="WxH", help="width and height at once, e.g. 1344x768")
@@ -108,28 +111,36 @@ def cmd_generate(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: cancel.set())
     progress = JsonProgress() if args.json else ProgressBar()
     try:
-        result = pipe.generate(args.prompt, args.neg_prompt, steps=args.steps, guidance=args.guidance,
-                               seed=args.seed, width=width, height=height, sampler=args.sampler, recipe=args.recipe,
-                               schedule=args.schedule, timesteps=args.timesteps, eta=args.eta, gamma=args.gamma,
-                               init_noise=init_noise, checkpoint_dir=args.checkpoint_dir, restart=args.restart,
-                               on_progress=progress, cancel=cancel, tiled=not args.not_tiled)
+        results = pipe.generate_batch(
+            args.prompt, num=args.num, negative_prompt=args.neg_prompt, steps=args.steps, guidance=args.guidance,
+            seed=args.seed, width=width, height=height, sampler=args.sampler, recipe=args.recipe,
+            schedule=args.schedule, timesteps=args.timesteps, eta=args.eta, gamma=args.gamma, init_noise=init_noise,
+            checkpoint_dir=args.checkpoint_dir, restart=args.restart, on_progress=progress, cancel=cancel,
+            tiled=not args.not_tiled)
     except Cancelled:
         progress.close()
         where = f"; run the same command to resume from {args.checkpoint_dir}" if args.checkpoint_dir else ""
         print(f"slowframe: stopped{where}", file=sys.stderr)
         return 143
     progress.close()
-    result.save(output)
-    if args.save_latents:
-        save_npy(args.save_latents, result.latents)
-    meta = result.metadata
-    summary = {"event": "done", "output": str(output), "seed": meta["seed"], "resumed_from": result.resumed_from,
-               **result.timings}
-    if args.json:
-        print(json.dumps(summary), flush=True)
-    print(f"wrote {output} ({meta['width']}x{meta['height']}, seed {meta['seed']}, "
-          f"{result.timings['seconds_per_step']} s/step)", file=sys.stderr)
+    for i, result in enumerate(results):
+        path = numbered(output, i, len(results))
+        result.save(path)
+        if args.save_latents:
+            save_npy(numbered(Path(args.save_latents), i, len(results)), result.latents)
+        meta = result.metadata
+        summary = {"event": "done", "output": str(path), "seed": meta["seed"], "resumed_from": result.resumed_from,
+                   **result.timings}
+        if args.json:
+            print(json.dumps(summary), flush=True)
+        print(f"wrote {path} ({meta['width']}x{meta['height']}, seed {meta['seed']}, "
+              f"{result.timings['seconds_per_step']} s/step)", file=sys.stderr)
     return 0
+
+
+def numbered(path: Path, i: int, count: int) -> Path:
+    """The i-th of `count` files named like `path`: path itself for one, NAME-1.png, NAME-2.png, ... for more."""
+    return path if count == 1 else path.with_name(f"{path.stem}-{i + 1}{path.suffix}")
 
 
 def load_npy(path: str, flag: str) -> np.ndarray:

@@ -14,13 +14,15 @@ from pathlib import Path
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from engine.errors import InputError
+from engine.options import resolve
+from engine.sdxl.pipeline import pictures_within
 from engine.sdxl.recipes import find_recipe
 from engine.sdxl.samplers import SAMPLERS, SCHEDULES, nearest_first
 from engine.sdxl.samplers.names import normalised, sampler_name, schedule_name
 from frame.config.reader import (AnyName, FilePath, Number, Problem, Reader, Text, Whole, column_offset, is_null,
                                  text_column)
 from frame.config.sections import Key, names, read_keys
-from frame.config.settings import Theme
+from frame.config.settings import ModelSettings, Theme
 from frame.themes import Origin, Template, TemplateError, WildcardLoader, parse_template
 
 TURBO = "turbo"     # the old `sampler: turbo`, read as `recipe: turbo` with a warning
@@ -115,6 +117,8 @@ THEME = (   # also the keys of ``defaults:``, which every theme starts from
     Key("schedule", SamplingName("schedule", schedule_name, SCHEDULES, "karras or trailing"),
         "the noise schedule (default: the model's own)"),
     Key("size", Size(), '"panel" (the best size for the panel) or WIDTHxHEIGHT'),
+    Key("images_per_pass", Whole(1, 8, " pictures"), "pictures made together in one pass over the weights "
+        "(seeds in a row; all go to the history; the engine's memory budget limits them)"),
     Key("lora", LoraFile(), "a LoRA file to apply"),
     Key("lora_weight", Number(-4.0, 4.0), "how strongly the LoRA applies"),
     Key("weight", Number(0.0, 1e6, lo_open=True), "how often the theme comes up with order: weighted"),
@@ -125,9 +129,10 @@ THEME_DEFAULTS = {f.name: f.default for f in fields(Theme) if f.name in names(TH
 class Prompts:
     """The prompt templates of one file being read, each with where it was written, and their wildcard lists."""
 
-    def __init__(self, reader: Reader, model_root: Path | None = None):
+    def __init__(self, reader: Reader, model: ModelSettings | None = None):
         self.reader = reader
-        self.model_root = model_root      # a LoRA recipe runs without a LoRA on a model imported with it
+        self.model = model or ModelSettings()   # a LoRA recipe runs without a LoRA on a model imported with it;
+                                                # its preset's memory budget limits images_per_pass
         self.defaults_given: set[str] = set()   # the keys ``defaults:`` sets, which a recipe does not replace
         self.written: dict[int, Origin] = {}   # id(template) -> where it was written in the file
         self.wildcard_loader = WildcardLoader(self._wildcard_problem, self.written, Origin(reader.file, 1, 1, None))
@@ -193,6 +198,7 @@ class Prompts:
                                               "and rarely look better than 20-40")
         shorthand = "sampler" in given and out["sampler"] != TURBO and sampler_name(out["sampler"])[1] is not None
         self.sampling(out, values, given, where)
+        self.pictures(out, values, where)
         if where == "defaults":    # "DPM++ 2M Karras" there gives the themes their schedule too
             self.defaults_given = given | ({"schedule"} if shorthand else set())
         return out, values
@@ -213,9 +219,21 @@ class Prompts:
         out["steps"], out["sampler"], out["schedule"] = spec.steps, spec.sampler, spec.schedule
         if "guidance" not in given:
             out["guidance"] = recipe.guidance
-        missing = recipe.missing_file(self.model_root, [out["lora"]] if out["lora"] else [])
+        missing = recipe.missing_file(self.model.path, [out["lora"]] if out["lora"] else [])
         if missing and "recipe" in values:
             self.reader.error(values["recipe"], f"{where}: {missing}")
+
+    def pictures(self, out: dict, values: dict[str, Node], where: str) -> None:
+        """images_per_pass within what the model's preset holds at the theme's size (the panel's
+        size is known only when the frame runs: the job says so then)."""
+        budget = resolve(self.model.preset).memory_budget
+        if "images_per_pass" not in values or out["images_per_pass"] < 2 or not budget or out["size"] is None:
+            return
+        fits = pictures_within(budget, *out["size"])
+        if out["images_per_pass"] > fits:
+            self.reader.error(values["images_per_pass"], f"{where}.images_per_pass: {out['images_per_pass']} "
+                                                         f"pictures of {out['size'][0]}x{out['size'][1]} do not fit "
+                                                         f"the {self.model.preset} preset's memory; at most {fits}")
 
     def themes(self, node: Node, defaults: dict) -> list[Theme]:
         """The themes list: each theme's name, prompts and settings over ``defaults``."""

@@ -40,6 +40,7 @@ class Theme:
     sampler: str = "euler"                # engine.sdxl.samplers' canonical name
     schedule: str = "default"             # or "explicit": the recipe's timesteps
     size: tuple[int, int] | None = None   # None: the panel's best size
+    images_per_pass: int = 1              # pictures made together (seeds in a row), all kept in the history
     lora: Path | None = None
     lora_weight: float = 1.0
     weight: float = 1.0

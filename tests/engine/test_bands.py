@@ -46,3 +46,13 @@ def test_a_conv_over_a_normalised_banded_image_allocates_little_beyond_its_outpu
     assert peak < 2 * band_bytes                            # the band's buffer and its GEMM result
     expected = w.reshape(64, 192) @ image.dense()[0].reshape(192, -1)
     assert np.allclose(out[0].reshape(64, -1), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_a_uint8_activation_stores_each_picture_of_a_batch_as_it_stores_it_alone():
+    quiet, loud = randn(1, 32, 8, 16), 40 * randn(1, 32, 8, 16)   # far apart ranges: one scale would blur `quiet`
+    batch = Compact(np.concatenate([quiet, loud]), "uint8")
+    for b, alone in enumerate((Compact(quiet, "uint8"), Compact(loud, "uint8"))):
+        got, want = np.empty((32, 8, 16), np.float32), np.empty((32, 8, 16), np.float32)
+        batch.fill(b, 0, 8, got)
+        alone.fill(0, 0, 8, want)
+        assert np.array_equal(got, want), b

@@ -69,6 +69,17 @@ def test_worker_asks_the_pipeline_for_the_job_recipe_sampler_and_schedule(tmp_pa
     assert {k: start[k] for k in asked} == asked
 
 
+def test_a_job_of_several_pictures_writes_each_with_the_next_seed(tmp_path):
+    model = write_fake_model(tmp_path / "model")
+    events = run_worker(make_job(model, pictures=3), tmp_path / "job")
+    assert isinstance(events[-1], Finished)
+    starts = [c for c in calls(model) if c["event"] == "start"]
+    assert [c["seed"] for c in starts] == [1234, 1235, 1236]
+    pictures = [tmp_path / "job" / name for name in ("result.png", "result-2.png", "result-3.png")]
+    assert all(p.exists() for p in pictures)
+    assert len({p.read_bytes() for p in pictures}) == 3
+
+
 def test_stopped_worker_keeps_its_checkpoint_and_resumes_to_the_same_picture(tmp_path):
     model = write_fake_model(tmp_path / "model", step_seconds=0.2)
     job = make_job(model, steps=8)

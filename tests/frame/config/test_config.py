@@ -281,6 +281,24 @@ def test_bad_recipes_are_errors_at_their_place(tmp_path):
     assert errors[3][3].startswith("themes[3]: recipe dmd2 samples at timesteps 999,749,499,249, which are 4 steps")
 
 
+def test_images_per_pass_beyond_the_preset_memory_is_an_error_at_its_place(tmp_path):
+    found = problems(tmp_path, """\
+        model: {preset: rpi-lowmem}
+        themes:
+          - {name: a, prompt: x, size: 512x512, images_per_pass: 3}
+          - {name: b, prompt: x, size: 1024x1024, images_per_pass: 2}
+          - {name: c, prompt: x, images_per_pass: 9}
+        """)
+    errors = [p for p in found if p[2] == "error"]
+    assert [e[:2] for e in errors] == [(4, 60), (5, 43)]
+    assert errors[0][3] == ("themes[1].images_per_pass: 2 pictures of 1024x1024 do not fit the rpi-lowmem "
+                            "preset's memory; at most 1")
+    path = tmp_path / "ok.yaml"
+    path.write_text("model: {preset: default}\nthemes:\n  - {name: a, prompt: x, size: 1024x1024, "
+                    "images_per_pass: 4}\n")
+    assert load_config(path).themes[0].images_per_pass == 4
+
+
 def test_bad_samplers_and_schedules_list_the_valid_ones_nearest_first(tmp_path):
     found = problems(tmp_path, """\
         themes:
