@@ -517,20 +517,25 @@ def picture_arrays(arrays: dict[str, np.ndarray], i: int) -> dict[str, np.ndarra
     return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
 
 
-# A UNet evaluation's peak RSS in rpi-lowmem at batch 1 is 152 MB at 64x64 latents and 216 MB
-# at 128x128 (bench/RESULTS.md#unet-speed): memory that does not grow with the picture plus
-# activations growing with the latent area. A picture more in a batch adds its activations
-# again and its own cross-attention K/V (fp16, ~25 MB: engine/options.py, kv_cache_entries).
-# Estimates from those batch-1 figures, not measured at batch 2 and more.
-ACTIVATION_BYTES_PER_LATENT_PIXEL = (216e6 - 152e6) / (128 * 128 - 64 * 64)
-FIXED_BYTES = 152e6 - 64 * 64 * ACTIVATION_BYTES_PER_LATENT_PIXEL
-KV_BYTES_PER_PICTURE = 25e6
+# Peak RSS of one full-size UNet evaluation in rpi-lowmem (bench/unet_batch_memory.py,
+# bench/RESULTS.md#several-pictures-per-pass): at batch 1 by latent area, and what each picture
+# more adds (its activations and its cross-attention K/V; faster than the area: attention).
+BATCH1_PEAK = ((64 * 64, 150.0e6), (96 * 96, 166.2e6), (128 * 128, 216.0e6))
+PICTURE_MORE = ((64 * 64, 33.7e6), (96 * 96, 83.8e6))
+
+
+def along(points: tuple[tuple[int, float], ...], x: float) -> float:
+    """The straight lines through `points` at x, the outer ones carried on beyond them."""
+    i = min(max(1, sum(px <= x for px, _ in points)), len(points) - 1)
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
 def pictures_within(budget: int, width: int, height: int) -> int:
     """How many pictures of this size one UNet batch holds within `budget` bytes (at least 1)."""
-    activations = (width // 8) * (height // 8) * ACTIVATION_BYTES_PER_LATENT_PIXEL
-    return max(1, 1 + int((budget - FIXED_BYTES - activations) // (activations + KV_BYTES_PER_PICTURE)))
+    area = (width // 8) * (height // 8)
+    more = max(along(PICTURE_MORE, area), 1e6)
+    return max(1, 1 + int((budget - along(BATCH1_PEAK, area)) // more))
 
 
 def check_pictures(num: int, width: int, height: int, options, init_noise: bool) -> None:
