@@ -18,6 +18,12 @@ bench/text_full.py, assembled with symlinks into
     python bench/pipeline_full.py                 # in the cgroup when root
     python bench/pipeline_full.py --no-cgroup --steps 1
     python bench/pipeline_full.py --steps 1 --decoder tiny   # the tiny decoder (bench/tiny_vae.py's) decodes
+    python bench/pipeline_full.py --recipe lightning-4 --lora random   # a recipe, its LoRA applied at run time
+
+A recipe runs its own steps and guidance (engine/sdxl/recipes.py); `--lora random` builds a
+random kohya LoRA of rank 64 on every linear and convolution weight of the UNet (a
+full-size stand-in for the distilled LoRAs, which are about that size) and applies it while
+the weights stream, as a theme's `lora:` does.
 
 Not run in CI.
 """
@@ -75,6 +81,48 @@ def ensure_model() -> None:
     (ROOT / "scheduler" / "scheduler_config.json").write_text(json.dumps(SCHEDULER, indent=1))
 
 
+RANDOM_LORA = CACHE / "sdxl-random-lora" / "random_rank64_lora.safetensors"
+LORA_RANK = 64
+
+
+def ensure_random_lora() -> Path:
+    """A kohya LoRA (diffusers module spelling) of rank LORA_RANK on every 2-D and 4-D weight of
+    the random UNet, built once from its safetensors headers."""
+    if RANDOM_LORA.is_file():
+        return RANDOM_LORA
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from engine.weights import TensorStore
+
+    rng = np.random.default_rng(0)
+    tensors = {}
+    store = TensorStore.open(CACHE / "sdxl-random" / "unet")
+    try:
+        for name in store.tensors:
+            shape = store.shape(name)
+            if not name.endswith(".weight") or len(shape) not in (2, 4) or min(shape[:2]) < LORA_RANK:
+                continue
+            module = "lora_unet_" + name[:-len(".weight")].replace(".", "_")
+            out, rest = shape[0], shape[1:]
+            tensors[f"{module}.lora_down.weight"] = (0.01 * rng.standard_normal((LORA_RANK, *rest))).astype(np.float16)
+            tensors[f"{module}.lora_up.weight"] = (0.01 * rng.standard_normal(
+                (out, LORA_RANK, *((1, 1) if len(shape) == 4 else ())))).astype(np.float16)
+            tensors[f"{module}.alpha"] = np.array(LORA_RANK / 2, np.float16)
+    finally:
+        store.close()
+    RANDOM_LORA.parent.mkdir(parents=True, exist_ok=True)
+    partial = RANDOM_LORA.with_suffix(".partial")
+    save_file(tensors, str(partial))
+    partial.replace(RANDOM_LORA)
+    log(f"[lora] built {RANDOM_LORA}: {len(tensors) // 3} modules, {RANDOM_LORA.stat().st_size / 1e6:.0f} MB")
+    return RANDOM_LORA
+
+
+def lora_file(args: argparse.Namespace) -> Path:
+    return RANDOM_LORA if args.lora == "random" else Path(args.lora)
+
+
 def weight_files() -> list[Path]:
     return sorted(p.resolve() for p in ROOT.glob("*/*.safetensors"))
 
@@ -113,14 +161,20 @@ def child(argv: list[str], result: Path) -> int:
 
 
 def run(args: argparse.Namespace, procs: Path | None) -> tuple[int, dict]:
-    work = CACHE / ("pipeline-run" if args.decoder == "full" else f"pipeline-run-{args.decoder}")
+    work = CACHE / "-".join(["pipeline-run"] + ([args.decoder] if args.decoder != "full" else [])
+                            + ([args.recipe] if args.recipe else []))
     work.mkdir(parents=True, exist_ok=True)
     result = work / "result.json"
     result.unlink(missing_ok=True)
     argv = ["generate", "--models-path", str(ROOT), "--prompt", PROMPT, "--neg-prompt", "blurry, text",
-            "--preset", args.preset, "--res", "1024x1024", "--steps", str(args.steps), "--guidance", "5",
-            "--seed", "1", "--output", str(work / "out.png"), "--checkpoint-dir", str(work / "ckpt"),
-            "--restart", "--json"]
+            "--preset", args.preset, "--res", f"{args.size}x{args.size}", "--seed", "1",
+            "--output", str(work / "out.png"), "--checkpoint-dir", str(work / "ckpt"), "--restart", "--json"]
+    if args.recipe:
+        argv += ["--recipe", args.recipe] + (["--steps", str(args.steps)] if args.steps else [])
+    else:
+        argv += ["--steps", str(args.steps or 2), "--guidance", "5"]
+    if args.lora:
+        argv += ["--lora", str(lora_file(args))]
     if args.decoder == "tiny":
         import tiny_vae
 
@@ -145,7 +199,11 @@ def run(args: argparse.Namespace, procs: Path | None) -> tuple[int, dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--steps", type=int, default=None, help="default: the recipe's, else 2")
+    p.add_argument("--recipe", default=None, help="a recipe (engine/sdxl/recipes.py): its steps and guidance")
+    p.add_argument("--lora", default=None, metavar="FILE|random",
+                   help="a LoRA applied at run time; random: a rank-64 LoRA on every UNet weight (built once)")
+    p.add_argument("--size", type=int, default=1024, help="picture width and height (default %(default)s)")
     p.add_argument("--preset", default="rpi-lowmem")
     p.add_argument("--no-cgroup", action="store_true")
     p.add_argument("--decoder", choices=("full", "tiny"), default="full",
@@ -154,7 +212,9 @@ def main(argv=None) -> int:
 
     log(f"engine kernels: {require_c_kernels()}")
     ensure_model()
-    for f in weight_files():
+    if args.lora == "random":
+        ensure_random_lora()
+    for f in weight_files() + ([lora_file(args)] if args.lora else []):
         drop = drop_page_cache(f)
     log(f"[cache] dropped the page cache of {len(weight_files())} weight files ({describe_drop(drop)} for the last)")
     reason = None if args.no_cgroup else cgroup_unavailable_reason()
@@ -165,7 +225,8 @@ def main(argv=None) -> int:
         rc, res = run(args, None)
         cg = None
     else:
-        name = CGROUP_NAME if args.decoder == "full" else f"{CGROUP_NAME}-{args.decoder}"   # runs side by side
+        name = "-".join([CGROUP_NAME] + ([args.decoder] if args.decoder != "full" else [])
+                        + ([args.recipe] if args.recipe else []))   # runs side by side
         rc, res, cg = run_in_cgroup(lambda procs: run(args, procs), name)
         log(f"[cgroup] {describe_cgroup(cg, rc)}")
     wall = time.perf_counter() - started
@@ -174,23 +235,26 @@ def main(argv=None) -> int:
         log(f"FAILED: exit {rc}")
         return 1
     done = done[0]
+    last = [e for e in res["events"] if e["event"] == "progress"][-1]
+    steps, evaluations = last["steps"], last["evaluations"]
     step_s = done["seconds_per_step"]
-    ckpt_share = done["checkpoint_seconds"] / (step_s * args.steps)
-    unet_s = step_s * args.steps
+    ckpt_share = done["checkpoint_seconds"] / (step_s * steps)
+    unet_s = step_s * steps
     other_s = res["wall_s"] - unet_s
-    evals_per_step = 2
-    here_gflops = UNET_TFLOP * 1e3 * evals_per_step / step_s
+    evals_per_step = evaluations / steps
+    achieved = f" ({UNET_TFLOP * 1e3 * evals_per_step / step_s:.0f} GFLOP/s achieved here)" if args.size == 1024 else ""
     log("")
-    log(f"preset {args.preset}, decoder {args.decoder}, 1024x1024, {args.steps} steps, guidance 5 "
-        f"(split CFG: {evals_per_step} UNet "
-        f"evaluations per step), whole run {wall:.0f} s")
+    log(f"preset {args.preset}, decoder {args.decoder}, {args.size}x{args.size}, "
+        + (f"recipe {args.recipe}, " if args.recipe else "guidance 5, ")
+        + (f"LoRA {args.lora} at run time, " if args.lora else "")
+        + f"{steps} steps ({evals_per_step:g} UNet evaluations per step), whole run {wall:.0f} s")
     log(f"peak RSS of the run: {res['peak_rss_bytes'] / MB:.1f} MB (target <= 250 MB)"
         + (f"; in the 256 MiB cgroup: {describe_cgroup(cg, rc)}" if cg else ""))
     log("peak RSS by stage: " + ", ".join(f"{name} {peak / MB:.1f} MB"
                                           for name, peak in res["stage_peak_rss_bytes"].items()))
-    log(f"UNet: {step_s:.1f} s/step ({here_gflops:.0f} GFLOP/s achieved here); text encoders + VAE + load: "
+    log(f"UNet: {step_s:.1f} s/step{achieved}; text encoders + decoder + load: "
         f"{other_s:.0f} s")
-    log(f"checkpoint overhead: {done['checkpoint_seconds']:.3f} s in {args.steps} steps = {ckpt_share * 100:.3f}% "
+    log(f"checkpoint overhead: {done['checkpoint_seconds']:.3f} s in {steps} steps = {ckpt_share * 100:.3f}% "
         f"of step time (target <= 1%)")
     log("a Pi Zero 2 W's time for a picture: bench/pi_projection.py")
     out = CACHE / f"pipeline-results-{time.strftime('%Y%m%d-%H%M%S')}.json"

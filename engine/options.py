@@ -45,6 +45,9 @@ class Options:
     """Conditionings whose K and V are kept: 2 holds a prompt and its negative (CFG as two
     evaluations never recomputes); 1 halves that memory (~25 MB in fp16 for SDXL) and
     the pipeline then orders the halves of each step so every other evaluation reuses."""
+    memory_budget: int = 0
+    """Peak RSS a run must stay within (0: no limit); the pipeline refuses a batch of pictures
+    it estimates would not fit (engine/sdxl/pipeline.py, check_pictures)."""
     band_bytes: int = 64 << 20
     """Largest temporary a banded op builds at once: a convolution's patch matrix, the
     feed-forward's hidden rows."""
@@ -123,7 +126,7 @@ PRESETS: dict[str, Options] = {
     "rpi-lowmem": Options(weights="nocache", drop_pages=True, weight_chunk_bytes=16 << 20, attention_slices=16,
                           skip_dtype="uint8", kv_dtype="fp16", kv_cache_entries=1, band_bytes=4 << 20,
                           cfg_batch=False, keep_freed_memory=False, mmap_threshold=8 << 20,
-                          retain_freed_bytes=64 << 20),
+                          retain_freed_bytes=64 << 20, memory_budget=250_000_000),
 }
 
 

@@ -61,7 +61,7 @@ from frame.control import SOCKET_NAME, ControlServer
 from frame.display.config import DisplayConfig
 from frame.display.errors import DisplayError
 from frame.history import History
-from frame.jobs import CRASHES_TO_SET_ASIDE, Job, JobStore
+from frame.jobs import CRASHES_TO_SET_ASIDE, Job, JobStore, picture_path
 from frame.loratags import take_tags
 from frame.notify import Notifier, Watchdog
 from frame.models import DropIns, imported_folder, is_single_file, model_folder
@@ -717,7 +717,8 @@ class Daemon:
         now = self.clock.now()
         job = Job(id=f"{now:%Y%m%d-%H%M%S}-{self.rng.getrandbits(24):06x}", theme=theme.name, prompt=prompt,
                   negative_prompt=theme.negative, seed=seed, steps=theme.steps, guidance=theme.guidance,
-                  sampler=theme.sampler, schedule=theme.schedule, width=width, height=height,
+                  sampler=theme.sampler, schedule=theme.schedule, recipe=theme.recipe, width=width, height=height,
+                  pictures=theme.images_per_pass,
                   model=str(model_folder(config.model.path)),
                   preset=config.model.preset, decoder=config.model.decoder,
                   lora=str(theme.lora) if theme.lora else None,
@@ -889,19 +890,29 @@ class Daemon:
         self._save_state()
 
     def _store(self, state, shown: bool):
+        """Put the job's pictures in the history (the first is the one shown; the others of a
+        batch follow with the next seeds, as job id-2, id-3, ...); the first's entry."""
         job = state.job
-        stored = next((e for e in self.history.entries() if e.record.get("id") == job.id), None)
-        if stored is not None:   # stored just before the daemon stopped, which then kept the job
-            return stored
         record = {**job.to_json(), "started": state.started, "finished": state.finished,
                   "seconds_per_step": state.seconds_per_step, "shown": _iso(self.clock.now()) if shown else None,
                   "pipeline": state.metadata}
         record.pop("requested", None)
         record.pop("created", None)
         finished = _parse_time(state.finished) or self.clock.now()
-        image = open_picture(self.jobs.result_path)
-        entry = self.history.add(image, record, f"{finished:%Y%m%d-%H%M%S}")
-        log.info("history: %s%s", entry.id, "" if shown else " (not shown)", extra=_fields(job))
+        stored = {e.record.get("id"): e for e in self.history.entries()}
+        entry = None
+        for i in reversed(range(job.pictures)):   # the first last: once it is there, all are
+            path = picture_path(self.jobs.result_path, i)
+            picture_id = job.id if i == 0 else f"{job.id}-{i + 1}"
+            if picture_id in stored:   # stored just before the daemon stopped, which then kept the job
+                entry = stored[picture_id]
+                continue
+            if i and not path.exists():
+                continue
+            extra = {} if i == 0 else {"id": picture_id, "seed": job.seed + i, "shown": None,
+                                       "pipeline": {**state.metadata, "seed": job.seed + i}}
+            entry = self.history.add(open_picture(path), {**record, **extra}, f"{finished:%Y%m%d-%H%M%S}")
+            log.info("history: %s%s", entry.id, "" if shown and i == 0 else " (not shown)", extra=_fields(job))
         return entry
 
     def _show_wanted(self) -> None:

@@ -55,7 +55,9 @@ class Job:
     preset: str
     lora: str | None = None
     lora_weight: float = 1.0
-    schedule: str = "default"
+    schedule: str = "default"        # or "explicit": the recipe's timesteps
+    recipe: str = "sdxl"             # engine.sdxl.recipes; an older job's sampler "turbo" is the turbo recipe
+    pictures: int = 1                # made together, seeds seed, seed+1, ...: result.png, result-2.png, ...
     loras: tuple[tuple[str, float], ...] = ()   # (file, weight) of each <lora:NAME:WEIGHT> the prompt had
     decoder: str = "full"     # "tiny": the model's vae_tiny/ decodes the picture (config model.decoder)
     requested: bool = False
@@ -128,6 +130,11 @@ class JobState:
                    seconds_per_step=number("seconds_per_step"), oom_retries=int(number("oom_retries") or 0),
                    metadata=data["metadata"] if isinstance(data.get("metadata"), dict) else {},
                    crashes=int(number("crashes") or 0), handling=text("handling"))
+
+
+def picture_path(result_path: Path, i: int) -> Path:
+    """Where a job's picture i goes: result.png for the first, result-2.png, result-3.png, ... for the others."""
+    return result_path if i == 0 else result_path.with_name(f"{result_path.stem}-{i + 1}{result_path.suffix}")
 
 
 class JobStore:
@@ -207,6 +214,7 @@ class JobStore:
     def clear(self) -> None:
         """Forget the current job (after it is shown, skipped or given up)."""
         self.spec_path.unlink(missing_ok=True)
-        self.result_path.unlink(missing_ok=True)
+        for path in self.folder.glob("result*.png"):    # result.png, and result-2.png, ... of a batch
+            path.unlink(missing_ok=True)
         self.preview_path.unlink(missing_ok=True)
         shutil.rmtree(self.checkpoint_dir, ignore_errors=True)

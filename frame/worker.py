@@ -51,7 +51,7 @@ from pathlib import Path
 
 from engine.atomic import atomic_write
 from engine.errors import Cancelled, CheckpointMismatch, EngineError, StorageError
-from frame.jobs import Job
+from frame.jobs import Job, picture_path
 
 DEFAULT_GENERATOR = "frame.worker:load_sdxl"
 EXIT_OK, EXIT_USER, EXIT_INTERNAL, EXIT_CANCELLED, EXIT_OOM = 0, 1, 3, 75, 137
@@ -432,9 +432,12 @@ def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> i
     kwargs = dict(negative_prompt=job.negative_prompt or None, steps=job.steps, guidance=job.guidance, seed=job.seed,
                   width=job.width, height=job.height, sampler=job.sampler, checkpoint_dir=str(checkpoint_dir),
                   on_progress=on_progress)
-    if job.sampler == "turbo":   # the config's name for the pipeline's SDXL-Turbo mode
-        kwargs.update(sampler="euler_a", turbo=True)
-    elif "schedule" in params:
+    if job.sampler == "turbo":   # a job written before recipes: the turbo recipe's own sampling
+        kwargs.update(sampler=None, recipe="turbo")
+    elif "recipe" in params:
+        kwargs["recipe"] = job.recipe
+    # "explicit" is the recipe's own timesteps (the job's sampler keeps them); any other schedule is the job's
+    if "schedule" in params and job.sampler != "turbo" and job.schedule != "explicit":
         kwargs["schedule"] = job.schedule
     if job.decoder != "full":   # only then: a generator without the choice still runs the default
         kwargs["decoder"] = job.decoder
@@ -442,22 +445,27 @@ def run_job(request: dict, emit: Callable[[dict], None], stop: StopRequest) -> i
         kwargs["cancel"] = cancel
         stop.graceful = True
     started = time.monotonic()
+    def make(**extra) -> list:
+        if job.pictures > 1:     # one pass over the weights for all of them (engine.sdxl.Pipeline.generate_batch)
+            return generator.generate_batch(job.prompt, num=job.pictures, **kwargs, **extra)
+        return [generate(job.prompt, **kwargs, **extra)]
+
     try:
-        result = generate(job.prompt, **kwargs)
+        results = make()
     except CheckpointMismatch as exc:   # the job's own folder: checkpoints of an older slowframe or model
         if "restart" not in params:
             raise
         log.warning("the job's checkpoints are of other settings (%s); starting it over", "; ".join(exc.differences))
-        result = generate(job.prompt, **kwargs, restart=True)
+        results = make(restart=True)
     if cancel.is_set():
         raise Cancelled()
-    image = getattr(result, "image", result)
-    metadata = dict(getattr(result, "metadata", None) or {})
-    parameters = getattr(result, "parameters", None)   # the pipeline's own A1111 text: its sampler labels
+    for i, result in enumerate(results):
+        with atomic_write(picture_path(output, i), durable=True) as f:
+            getattr(result, "image", result).save(f, format="PNG")
+    metadata = dict(getattr(results[0], "metadata", None) or {})
+    parameters = getattr(results[0], "parameters", None)   # the pipeline's own A1111 text: its sampler labels
     if isinstance(parameters, str):
         metadata["parameters"] = parameters
-    with atomic_write(output, durable=True) as f:
-        image.save(f, format="PNG")
     per_step = timing["per_step"] or (time.monotonic() - started) / max(1, job.steps)
     emit({"event": "done", "output": str(output), "seconds_per_step": per_step,
           "metadata": json.loads(json.dumps(dict(metadata), default=str))})

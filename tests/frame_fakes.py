@@ -75,7 +75,7 @@ class FakePipeline:
             f.write(json.dumps(entry) + "\n")
 
     def generate(self, prompt, negative_prompt=None, steps=20, guidance=5.0, seed=0, width=1024, height=1024,
-                 sampler="euler", turbo=False, init_noise=None, checkpoint_dir=None, restart=False,
+                 sampler="euler", recipe=None, init_noise=None, checkpoint_dir=None, restart=False,
                  on_progress=None, cancel: threading.Event | None = None, decoder: str = "full",
                  schedule=None) -> FakeResult:
         if self.behaviour.get("fail"):
@@ -93,7 +93,7 @@ class FakePipeline:
                 raise ModelFileError(f"{ckpt}: a checkpoint of another job")
             start, state = saved["step"], np.array(saved["state"])
         self._log(event="start", prompt=prompt, seed=seed, preset=self.preset, resumed_from=start, pid=os.getpid(),
-                  decoder=decoder, sampler=sampler, schedule=schedule, turbo=turbo)
+                  decoder=decoder, sampler=sampler, schedule=schedule, recipe=recipe)
         if self.preset in self.behaviour.get("oom_presets", []):
             if self.behaviour.get("oom_kind") == "memoryerror":
                 raise MemoryError()   # Python's own out of memory, which the worker reports as such
@@ -115,6 +115,16 @@ class FakePipeline:
         self._log(event="done", prompt=prompt, seed=seed, state=state.tolist())
         return FakeResult(picture(state, width, height), {"prompt": prompt, "seed": seed, "model": "fake"},
                           self.behaviour.get("parameters"))
+
+    def generate_batch(self, prompt, num=1, seed=0, checkpoint_dir=None, **kwargs) -> list[FakeResult]:
+        """The pictures of seeds seed, seed+1, ... one after another (each checkpointed in its own folder)."""
+        results = []
+        for i in range(num):
+            folder = None if checkpoint_dir is None else Path(checkpoint_dir) / str(i)
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True)
+            results.append(self.generate(prompt, seed=seed + i, checkpoint_dir=folder, **kwargs))
+        return results
 
 
 def load_fake(model: str, preset: str, loras) -> FakePipeline:

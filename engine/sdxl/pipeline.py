@@ -18,10 +18,11 @@ some (ancestral and SDE samplers, ddpm, lcm, tcd; the order: engine/sdxl/sampler
 numpy guarantees the same stream on every platform. `init_noise` replaces the initial
 draw (the steps' noise still comes from the seed), exactly as diffusers treats `latents=`.
 
-Sampling: `sampler` names one of engine.sdxl.samplers.SAMPLERS (or is a SamplerSpec, as a
-recipe makes one), `schedule` one of SCHEDULES, `timesteps` an explicit list instead,
-`eta`/`gamma` the stochastic samplers' amount of fresh noise; all of it is in RunSettings,
-so a checkpoint of another setting is refused.
+Sampling: `recipe` (engine.sdxl.recipes: sdxl, turbo, lightning-4, dmd2, ...) sets the
+sampler, schedule, steps, guidance and size a kind of model was made for; `sampler` names
+one of engine.sdxl.samplers.SAMPLERS instead (or is a whole SamplerSpec), `schedule` one of
+SCHEDULES, `timesteps` an explicit list, `eta`/`gamma` the stochastic samplers' amount of
+fresh noise. All of it is in RunSettings, so a checkpoint of another setting is refused.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -43,7 +45,6 @@ import numpy as np
 from PIL import Image, PngImagePlugin
 
 import engine
-from engine import defaults
 from engine.atomic import atomic_write
 from engine.checkpoint import CheckpointDir, CorruptCheckpoint, read_file, write_file
 from engine.errors import Cancelled, CheckpointMismatch, InputError, ModelFileError
@@ -51,6 +52,7 @@ from engine.memory import release_free_memory
 from engine.options import resolve
 from engine.png_text import one_line
 from engine.sdxl.conditioning import Conditioning, TextEncoders
+from engine.sdxl.recipes import DEFAULT_RECIPE, Recipe, find_recipe
 from engine.sdxl.samplers import (SAMPLER_LABELS, SCHEDULE_LABELS, NoiseSchedule, Sampler, SamplerSpec,
                                   SamplerState, draw_noise)
 from engine.sdxl.tiny_vae import TINY_VAE, TinyVAEDecoder, tiny_vae_problem
@@ -75,7 +77,7 @@ class RunSettings:
     seed: int
     steps: int
     sampler: str
-    turbo: bool
+    recipe: str                     # engine.sdxl.recipes: the kind of model the sampling was made for
     width: int
     height: int
     guidance: float
@@ -156,7 +158,8 @@ def parameters_text(meta: dict) -> str:
               ("Eta", meta.get("eta")), ("Gamma", meta.get("gamma")),
               ("CFG scale", meta.get("guidance")), ("Seed", meta.get("seed")),
               ("Size", f"{meta.get('width')}x{meta.get('height')}"), ("Model", meta.get("model_name")),
-              ("Model hash", (meta.get("model") or "")[:10]), ("Turbo", "yes" if meta.get("turbo") else None),
+              ("Model hash", (meta.get("model") or "")[:10]),
+              ("Recipe", meta.get("recipe") if meta.get("recipe") != DEFAULT_RECIPE else None),
               ("Version", f"slowframe {meta.get('engine_version')}")]
     lines.append(", ".join(f"{k}: {v}" for k, v in fields if v is not None))
     return "\n".join(lines)
@@ -206,29 +209,58 @@ class Pipeline:
     # -- generation ----------------------------------------------------------
 
     def generate(self, prompt: str, negative_prompt: str | None = None, steps: int | None = None,
-                 guidance: float | None = None, seed: int | None = None, width: int = 1024, height: int = 1024,
-                 sampler: str | SamplerSpec = "euler", turbo: bool = False, init_noise: np.ndarray | None = None,
+                 guidance: float | None = None, seed: int | None = None, width: int | None = None,
+                 height: int | None = None, sampler: str | SamplerSpec | None = None, recipe: str | None = None,
+                 init_noise: np.ndarray | None = None,
                  checkpoint_dir: str | Path | None = None, restart: bool = False,
                  on_progress: Callable[[StepProgress], object] | None = None, cancel: threading.Event | None = None,
                  tiled: bool = True, schedule: str | None = None, timesteps: object = None,
                  eta: float | None = None, gamma: float | None = None, decoder: str = "full") -> Result:
-        """Generate one picture. `sampler` (default euler) and `schedule` (default: the model's
-        spacing) are names as engine.sdxl.samplers lists them; `timesteps` (a list, or
-        "999,749,...") replaces the schedule and sets the steps; `eta`/`gamma` set a stochastic
-        sampler's fresh noise. `sampler` may instead be a whole SamplerSpec (then leave
-        steps, schedule, timesteps, eta and gamma out). `turbo` is the SDXL-Turbo mode (Euler
-        ancestral, trailing schedule, no CFG; default 1 step). With `checkpoint_dir` the run
+        """Generate one picture. `recipe` (default sdxl: euler, 20 steps, guidance 5, 1024x1024)
+        names the kind of model (engine.sdxl.recipes) and gives the defaults for everything
+        below; a recipe made for a LoRA needs one (Pipeline.load's `loras`) or a model imported
+        with it. `sampler` and `schedule` are names as engine.sdxl.samplers lists them;
+        `timesteps` (a list, or "999,749,...") replaces the schedule and sets the steps;
+        `eta`/`gamma` set a stochastic sampler's fresh noise. `sampler` may instead be a whole
+        SamplerSpec (then leave steps, schedule, timesteps, eta and gamma out). Steps outside
+        what the recipe supports are refused. With `checkpoint_dir` the run
         checkpoints after every UNet evaluation and resumes a run with the same settings from
         there; `restart` discards what is there. Returning False from `on_progress`, or
         setting `cancel`, stops the run with Cancelled (within one op; the last checkpoint is kept).
         `decoder`: how the final latents become the picture (see decode); it does not change the
         latents, so a run resumes whichever decoder it ends with."""
-        spec = sampler_spec(sampler, steps, schedule, timesteps, eta, gamma, turbo)
+        return self._generate(1, **{k: v for k, v in locals().items() if k != "self"})[0]
+
+    def generate_batch(self, prompt: str, num: int = 2, **options: object) -> list[Result]:
+        """`num` pictures in one pass over the weights, seeds seed, seed+1, ... (`options` are
+        generate's): each the picture a run of its own with that seed gives (its own noise
+        stream, to float32 rounding: README), evaluated by the UNet as one batch so each weight
+        is read once a step for all of them, checkpointed together and decoded one after another.
+        The preset's memory budget limits `num` (check_pictures)."""
+        try:
+            bound = inspect.signature(self.generate).bind(prompt, **options)
+        except TypeError as e:
+            raise InputError(f"generate_batch: {e}") from None
+        bound.apply_defaults()
+        return self._generate(num, **bound.arguments)
+
+    def _generate(self, num, prompt, negative_prompt, steps, guidance, seed, width, height, sampler, recipe,
+                  init_noise, checkpoint_dir, restart, on_progress, cancel, tiled, schedule, timesteps, eta,
+                  gamma, decoder) -> list[Result]:
+        recipe = find_recipe(DEFAULT_RECIPE if recipe is None else recipe)
+        missing = recipe.missing_file(self.root, self.loras)
+        if missing:
+            raise InputError(missing)
+        spec = sampler_spec(recipe, sampler, steps, schedule, timesteps, eta, gamma)
         sampler = spec.build(self.schedule)     # a schedule the model cannot do fails here
-        guidance = (defaults.TURBO_GUIDANCE if turbo else defaults.GUIDANCE) if guidance is None else guidance
-        request = (prompt, negative_prompt, spec, turbo, width, height, guidance, init_noise)
+        guidance = recipe.guidance if guidance is None else guidance
+        width, height = width or recipe.size[0], height or recipe.size[1]
+        request = (prompt, negative_prompt, spec, recipe.name, width, height, guidance, init_noise)
         self._settings(0 if seed is None else seed, *request)   # refuse bad requests before touching checkpoints
+        check_pictures(num, width, height, self.options, init_noise is not None)
         decoder = self._usable_decoder(decoder)    # a missing tiny decoder is said before the hours of sampling
+        if seed is not None and seed + num - 1 > MAX_SEED:
+            raise InputError(f"seeds {seed} to {seed + num - 1} go past {MAX_SEED}; choose a smaller seed")
         store = CheckpointDir(checkpoint_dir, log=log.warning) if checkpoint_dir is not None else None
         if store is not None and restart:
             store.clear()
@@ -236,18 +268,26 @@ class Pipeline:
         latest = store.latest() if store is not None else None
         if seed is None:
             seed = latest.meta["job"].get("seed") if latest is not None else secrets.randbits(63)
-        settings = self._settings(seed, *request)
-        if latest is not None and latest.meta.get("job") != settings.to_dict():
-            raise CheckpointMismatch(store.path, settings.differences(latest.meta.get("job") or {}))
-        run = _Run(self, settings, sampler, store, on_progress, cancel)
-        latents = run.sample(latest, init_noise)
+        batch = [self._settings(seed + i, *request) for i in range(num)]
+        job = batch_job(batch)
+        if latest is not None and latest.meta.get("job") != job:
+            theirs = latest.meta.get("job") or {}
+            differences = batch[0].differences(theirs)
+            if theirs.get("pictures", 1) != num:
+                differences.append(f"pictures: {theirs.get('pictures', 1)} there, {num} now")
+            raise CheckpointMismatch(store.path, differences)
+        run = _Run(self, batch, sampler, store, on_progress, cancel)
+        finals = run.sample(latest, init_noise)
         release_free_memory()        # each stage's peak, not the sum: the UNet is gone, the VAE comes
-        image = self.decode(latents, tiled=tiled, cancel=cancel, decoder=decoder)
         timings = {"seconds_per_step": run.seconds_per_step(), "checkpoint_seconds": round(run.checkpoint_seconds, 4)}
-        meta = {**settings.to_dict(), "model_name": self.root.name}
-        if decoder == "tiny":        # the full VAE's pictures keep the metadata they always had
-            meta["decoder"] = "tiny"
-        return Result(image, latents, meta, timings, run.resumed_from)
+        results = []
+        for settings, latents in zip(batch, finals):
+            meta = {**settings.to_dict(), "model_name": self.root.name}
+            if decoder == "tiny":        # the full VAE's pictures keep the metadata they always had
+                meta["decoder"] = "tiny"
+            image = self.decode(latents, tiled=tiled, cancel=cancel, decoder=decoder)
+            results.append(Result(image, latents, meta, timings, run.resumed_from))
+        return results
 
     def decode(self, latents: np.ndarray, tiled: bool = True, cancel: threading.Event | None = None,
                decoder: str = "full") -> Image.Image:
@@ -319,7 +359,7 @@ class Pipeline:
             for f in files:
                 f.close()
 
-    def _settings(self, seed, prompt, negative_prompt, spec: SamplerSpec, turbo, width, height, guidance,
+    def _settings(self, seed, prompt, negative_prompt, spec: SamplerSpec, recipe: str, width, height, guidance,
                   init_noise) -> RunSettings:
         if not isinstance(prompt, str):
             raise InputError(f"prompt must be text, got {type(prompt).__name__}")
@@ -339,41 +379,37 @@ class Pipeline:
                 raise InputError(f"init noise must be finite floats of shape {list(expected)} for {width}x{height}, "
                                  f"got {noise.dtype} {list(noise.shape)}")
             noise_hash = hashlib.sha256(np.ascontiguousarray(noise, dtype=np.float32).tobytes()).hexdigest()
-        return RunSettings(prompt, negative_prompt, seed, spec.steps, spec.sampler, bool(turbo), width, height,
+        return RunSettings(prompt, negative_prompt, seed, spec.steps, spec.sampler, recipe, width, height,
                            float(guidance), self.model_id, self.preset, engine.__version__, noise_hash, self.lora_ids,
                            spec.schedule, spec.timesteps, spec.eta, spec.gamma)
 
 
-def sampler_spec(sampler: str | SamplerSpec, steps: int | None, schedule: str | None, timesteps: object,
-                 eta: float | None, gamma: float | None, turbo: bool) -> SamplerSpec:
-    """The run's SamplerSpec from generate()'s arguments. Turbo mode is euler_a on the
-    trailing schedule, 1 step unless told otherwise."""
+def sampler_spec(recipe: Recipe, sampler: str | SamplerSpec | None, steps: int | None, schedule: str | None,
+                 timesteps: object, eta: float | None, gamma: float | None) -> SamplerSpec:
+    """The run's SamplerSpec from generate()'s arguments: the recipe's, with what is given instead."""
     if isinstance(sampler, SamplerSpec):
         given = [k for k, v in (("steps", steps), ("schedule", schedule), ("timesteps", timesteps), ("eta", eta),
                                 ("gamma", gamma)) if v is not None]
-        if given or turbo:
-            raise InputError(f"a SamplerSpec already holds the sampling settings; leave out "
-                             f"{', '.join(given) or 'turbo'}")
+        if given:
+            raise InputError(f"a SamplerSpec already holds the sampling settings; leave out {', '.join(given)}")
         # read again, so a spec made field by field (not by SamplerSpec.parse) is checked too
-        return SamplerSpec.parse(sampler.sampler, None if sampler.timesteps else sampler.schedule, sampler.steps,
-                                 sampler.timesteps, sampler.eta, sampler.gamma)
-    if turbo:
-        if schedule is not None or timesteps is not None:
-            raise InputError("turbo mode is euler_a on the trailing schedule; leave out the schedule and "
-                             "timesteps, or leave out turbo")
-        return SamplerSpec.parse("euler_a", "trailing", defaults.TURBO_STEPS if steps is None else steps, None, eta,
-                                 gamma)
-    return SamplerSpec.parse(sampler, schedule, steps, timesteps, eta, gamma)
+        return recipe.spec(sampler.steps if sampler.timesteps is None else None, sampler.sampler,
+                           None if sampler.timesteps else sampler.schedule, sampler.timesteps, sampler.eta,
+                           sampler.gamma)
+    return recipe.spec(steps, sampler, schedule, timesteps, eta, gamma)
 
 
 class _Run:
-    """One run's sampling loop with its checkpoints."""
+    """One run's sampling loop over a batch of pictures (one sampler state and noise stream
+    each, evaluated as one UNet batch), with its checkpoints."""
 
-    def __init__(self, pipe: Pipeline, settings: RunSettings, sampler: Sampler, store: CheckpointDir | None,
+    def __init__(self, pipe: Pipeline, batch: list[RunSettings], sampler: Sampler, store: CheckpointDir | None,
                  on_progress: Callable[[StepProgress], object] | None, cancel: threading.Event | None):
-        self.pipe, self.settings, self.sampler, self.store = pipe, settings, sampler, store
+        self.pipe, self.batch, self.sampler, self.store = pipe, batch, sampler, store
+        self.settings = batch[0]     # what the pictures share (all but the seed)
+        self.job = batch_job(batch)
         self.on_progress, self.cancel = on_progress, cancel
-        self.cfg = settings.guidance > 1.0
+        self.cfg = self.settings.guidance > 1.0
         self.split = self.cfg and not pipe.options.cfg_batch
         self.per_evaluation = 2 if self.split else 1       # UNet calls per sampler evaluation
         self.resumed_from: int | None = None
@@ -386,81 +422,88 @@ class _Run:
     def seconds_per_step(self) -> float | None:
         return round(sum(self.step_seconds) / len(self.step_seconds), 3) if self.step_seconds else None
 
-    def sample(self, latest, init_noise: np.ndarray | None) -> np.ndarray:
-        settings, sampler = self.settings, self.sampler
-        rng = np.random.Generator(np.random.PCG64(settings.seed))
+    def sample(self, latest, init_noise: np.ndarray | None) -> list[np.ndarray]:
+        """Each picture's final latents."""
+        settings, sampler, n = self.settings, self.sampler, len(self.batch)
+        rngs = [np.random.Generator(np.random.PCG64(s.seed)) for s in self.batch]
         shape = (1, 4, settings.height // 8, settings.width // 8)
         if latest is not None:
-            state = SamplerState.restore(latest.arrays, latest.meta)
+            states = [SamplerState.restore(picture_arrays(latest.arrays, i), latest.meta) for i in range(n)]
             half, eps_first = latest.meta["half"], latest.arrays.get("eps_first")
-            rng.bit_generator.state = latest.meta["rng"]
-            self.resumed_from = state.step
-            if state.stage or half:
+            for rng, saved in zip(rngs, latest.meta["rng"]):
+                rng.bit_generator.state = saved
+            self.resumed_from = states[0].step
+            if states[0].stage or half:
                 self._step_pending = None
-            log.info("resumed from step %d of %d, %d evaluations in (%s)", state.step, sampler.steps,
-                     self.done(state, half), latest.path.name)
+            log.info("resumed from step %d of %d, %d evaluations in (%s)", states[0].step, sampler.steps,
+                     self.done(states[0], half), latest.path.name)
         else:
             half, eps_first = 0, None
-            noise = draw_noise(rng, shape) if init_noise is None else np.asarray(init_noise, dtype=np.float32)
-            state = sampler.start(noise)
-        if sampler.finished(state):
-            return state.x
+            states = [sampler.start(draw_noise(rng, shape) if init_noise is None
+                                    else np.asarray(init_noise, dtype=np.float32)) for rng in rngs]
+        if sampler.finished(states[0]):
+            return [state.x for state in states]
         self._cancel_check()
         cond = self.pipe.conditioning(settings, self.store, self.cancel)
         release_free_memory()        # the text encoders are gone; the UNet comes
         h, w = settings.height, settings.width
-        time_ids = np.array([[h, w, 0, 0, h, w]], dtype=np.float32)
+        time_ids = np.repeat(np.array([[h, w, 0, 0, h, w]], dtype=np.float32), n, 0)
+        negative = (np.repeat(cond.negative_embeds, n, 0), np.repeat(cond.negative_pooled, n, 0))
+        positive = (np.repeat(cond.prompt_embeds, n, 0), np.repeat(cond.pooled, n, 0))
         with UNet.load(self.pipe.root / "unet", self.pipe.preset, **self.pipe.overrides) as unet, \
                 self.pipe._styles() as loras:
             unet.cancel = self.cancel
             if loras:
                 from engine.convert.lora import attach_loras
                 attach_loras(unet, "unet", loras)
-            while not sampler.finished(state):
+            while not sampler.finished(states[0]):
                 started = time.perf_counter()
-                x_in, t = sampler.model_input(state)
+                inputs = [sampler.model_input(state) for state in states]
+                x_in, t = np.concatenate([x for x, _ in inputs]), inputs[0][1]   # one step: one timestep
                 if not self.cfg:
-                    eps = unet(x_in, t, cond.prompt_embeds, cond.pooled, time_ids)
+                    eps = unet(x_in, t, *positive, time_ids)
                 elif not self.split:
-                    both = unet(np.concatenate([x_in, x_in]), t,
-                                np.concatenate([cond.negative_embeds, cond.prompt_embeds]),
-                                np.concatenate([cond.negative_pooled, cond.pooled]), np.repeat(time_ids, 2, 0))
-                    eps = guided(both[:1], both[1:], settings.guidance)
+                    both = unet(np.concatenate([x_in, x_in]), t, *(np.concatenate(pair) for pair in
+                                                                   zip(negative, positive)), np.concatenate(
+                        [time_ids, time_ids]))
+                    eps = guided(both[:n], both[n:], settings.guidance)
                 else:
-                    # Split CFG: two batch-1 evaluations. Their order alternates with the sampler's
+                    # Split CFG: two evaluations of the batch. Their order alternates with the sampler's
                     # evaluations, so each starts with the conditioning the last one ended with and
                     # a single cached K/V entry (kv_cache_entries=1) is reused every other evaluation.
-                    flip = (sampler.evaluations_before(state.step) + state.stage) % 2
-                    halves = [(cond.negative_embeds, cond.negative_pooled), (cond.prompt_embeds, cond.pooled)]
+                    flip = (sampler.evaluations_before(states[0].step) + states[0].stage) % 2
+                    halves = [negative, positive]
                     if flip:
                         halves.reverse()
                     if half == 0:
                         eps_first = unet(x_in, t, *halves[0], time_ids)
                         half = 1
-                        self._evaluated(state, half, rng, eps_first, time.perf_counter() - started)
+                        self._evaluated(states, half, rngs, eps_first, time.perf_counter() - started)
                         continue
                     eps_second = unet(x_in, t, *halves[1], time_ids)
-                    uncond, positive = (eps_second, eps_first) if flip else (eps_first, eps_second)
-                    eps = guided(uncond, positive, settings.guidance)
-                sampler.advance(state, eps, rng)
+                    uncond, cond_eps = (eps_second, eps_first) if flip else (eps_first, eps_second)
+                    eps = guided(uncond, cond_eps, settings.guidance)
+                for i, (state, rng) in enumerate(zip(states, rngs)):
+                    sampler.advance(state, eps[i:i + 1], rng)
                 half, eps_first = 0, None
-                self._evaluated(state, half, rng, None, time.perf_counter() - started)
-        return state.x
+                self._evaluated(states, half, rngs, None, time.perf_counter() - started)
+        return [state.x for state in states]
 
     def done(self, state: SamplerState, half: int) -> int:
         """UNet calls done by the time the run is at `state` and `half`."""
         return (self.sampler.evaluations_before(state.step) + state.stage) * self.per_evaluation + half
 
-    def _evaluated(self, state: SamplerState, half: int, rng: np.random.Generator, eps_first: np.ndarray | None,
-                   seconds: float) -> None:
+    def _evaluated(self, states: list[SamplerState], half: int, rngs: list[np.random.Generator],
+                   eps_first: np.ndarray | None, seconds: float) -> None:
         """Checkpoint, then report progress; stop here if asked."""
+        state = states[0]     # the pictures are at the same step and stage
         if self.store is not None:
             started = time.perf_counter()
-            arrays = state.arrays()
+            arrays = {picture_key(i, k): v for i, s in enumerate(states) for k, v in s.arrays().items()}
             if eps_first is not None:
                 arrays["eps_first"] = eps_first
-            self.store.save({"job": self.settings.to_dict(), **state.scalars(), "half": half,
-                             "rng": rng.bit_generator.state}, arrays)
+            self.store.save({"job": self.job, **state.scalars(), "half": half,
+                             "rng": [rng.bit_generator.state for rng in rngs]}, arrays)
             self.checkpoint_seconds += time.perf_counter() - started
         self._measured_seconds += seconds
         self._measured_calls += 1
@@ -483,6 +526,61 @@ class _Run:
     def _cancel_check(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
             raise Cancelled("stopped on request")
+
+
+def batch_job(batch: list[RunSettings]) -> dict:
+    """What a batch's checkpoints are of: the first picture's settings (the others differ by
+    their seed only) and, for more than one, how many."""
+    job = batch[0].to_dict()
+    return job if len(batch) == 1 else {**job, "pictures": len(batch)}
+
+
+def picture_key(i: int, key: str) -> str:
+    """Picture i's name for a checkpoint array (picture 0's are the plain names)."""
+    return key if i == 0 else f"picture{i}.{key}"
+
+
+def picture_arrays(arrays: dict[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
+    """Picture i's arrays from a checkpoint, under their plain names."""
+    if i == 0:
+        return {k: v for k, v in arrays.items() if not k.startswith("picture") and k != "eps_first"}
+    prefix = f"picture{i}."
+    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+
+
+# Peak RSS of one full-size UNet evaluation in rpi-lowmem (bench/unet_batch_memory.py,
+# bench/RESULTS.md#several-pictures-per-pass): at batch 1 by latent area, and what each picture
+# more adds (its activations and its cross-attention K/V; faster than the area: attention).
+BATCH1_PEAK = ((64 * 64, 150.0e6), (96 * 96, 166.2e6), (128 * 128, 208.0e6))
+PICTURE_MORE = ((64 * 64, 33.7e6), (96 * 96, 83.8e6), (128 * 128, 139.6e6))
+
+
+def along(points: tuple[tuple[int, float], ...], x: float) -> float:
+    """The straight lines through `points` at x, the outer ones carried on beyond them."""
+    i = min(max(1, sum(px <= x for px, _ in points)), len(points) - 1)
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def pictures_within(budget: int, width: int, height: int) -> int:
+    """How many pictures of this size one UNet batch holds within `budget` bytes (at least 1)."""
+    area = (width // 8) * (height // 8)
+    more = max(along(PICTURE_MORE, area), 1e6)
+    return max(1, 1 + int((budget - along(BATCH1_PEAK, area)) // more))
+
+
+def check_pictures(num: int, width: int, height: int, options, init_noise: bool) -> None:
+    """Refuse a number of pictures that is not one, or a batch the preset's memory budget does not hold."""
+    if not isinstance(num, int) or isinstance(num, bool) or num < 1:
+        raise InputError(f"the number of pictures must be a whole number from 1, got {num!r}")
+    if init_noise and num > 1:
+        raise InputError("init noise is one picture's; give it with one picture, or leave it out")
+    if options.memory_budget and num > 1:
+        fits = pictures_within(options.memory_budget, width, height)
+        if num > fits:
+            raise InputError(f"{num} pictures of {width}x{height} at once do not fit the preset's "
+                             f"{options.memory_budget / 1e6:.0f} MB budget; at most {fits} at that size "
+                             f"(see the README: several pictures per pass)")
 
 
 def guided(eps_uncond: np.ndarray, eps_cond: np.ndarray, guidance: float) -> np.ndarray:

@@ -25,6 +25,7 @@ from engine.atomic import atomic_write
 from engine.errors import Cancelled, CheckpointMismatch, InputError
 from engine.options import PRESETS
 from engine.sdxl.preview import PREVIEW_DECODERS, PreviewDecoder, open_preview_decoder
+from engine.sdxl.recipes import RECIPES
 from engine.sdxl.samplers import SAMPLERS, SCHEDULES
 from frame.loratags import find_tags, take_tags
 from frame.paths import LORA_DIR
@@ -32,6 +33,7 @@ from frame.paths import LORA_DIR
 RPI_MODES = {"a": "auto", "auto": "auto", "f": "force", "force": "force", "y": "force", "yes": "force",
              "d": "disable", "disable": "disable", "n": "disable", "no": "disable"}
 PI_MODEL_FILE = Path("/proc/device-tree/model")   # "Raspberry Pi Zero 2 W Rev 1.0" on the frame
+
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -43,16 +45,21 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="what to draw; (word:1.3) and [word] set emphasis, BREAK starts a new 75-token chunk, "
                         "<lora:NAME:WEIGHT> applies NAME.safetensors from --lora-folder")
     p.add_argument("--neg-prompt", default=None, metavar="TEXT", help="what to avoid")
-    p.add_argument("--steps", type=int, default=None,
-                   help=f"sampling steps (default {defaults.STEPS}; {defaults.TURBO_STEPS} with --turbo)")
+    p.add_argument("--steps", type=int, default=None, help=f"sampling steps (default: the recipe's, {defaults.STEPS} for sdxl)")
     p.add_argument("--seed", type=int, default=None, help="0..2^64-1 (default: random, printed)")
-    p.add_argument("--width", type=int, default=None, help="pixels, a multiple of 64 (default 1024)")
-    p.add_argument("--height", type=int, default=None, help="pixels, a multiple of 64 (default 1024)")
+    p.add_argument("--num", type=int, default=1, metavar="N",
+                   help="N pictures in one pass over the weights, seeds SEED, SEED+1, ... (written as "
+                        "OUTPUT-1.png, OUTPUT-2.png, ...; the preset's memory budget limits N)")
+    p.add_argument("--width", type=int, default=None, help="pixels, a multiple of 64 (default: the recipe's, 1024)")
+    p.add_argument("--height", type=int, default=None, help="pixels, a multiple of 64 (default: the recipe's, 1024)")
     p.add_argument("--res", default=None, metavar="WxH", help="width and height at once, e.g. 1344x768")
-    p.add_argument("--guidance", type=float, default=None, help=f"classifier-free guidance (default "
-                   f"{defaults.GUIDANCE:g}; {defaults.TURBO_GUIDANCE:g} with --turbo)")
-    p.add_argument("--sampler", default="euler", metavar="NAME",
-                   help=f"{', '.join(SAMPLERS)} (OnnxStream's names too, e.g. dpm++2m; default: %(default)s)")
+    p.add_argument("--guidance", type=float, default=None, help=f"classifier-free guidance (default: the recipe's, "
+                   f"{defaults.GUIDANCE:g} for sdxl, 0 for the few-step models)")
+    p.add_argument("--recipe", default=None, metavar="NAME",
+                   help=f"the sampling a kind of model was made for: {', '.join(RECIPES)} (default sdxl; "
+                        "the README lists the files each needs)")
+    p.add_argument("--sampler", default=None, metavar="NAME",
+                   help=f"{', '.join(SAMPLERS)} (OnnxStream's names too, e.g. dpm++2m; default: the recipe's)")
     p.add_argument("--schedule", default=None, metavar="NAME",
                    help=f"{', '.join(SCHEDULES)} (default: the model's own spacing)")
     p.add_argument("--timesteps", default=None, metavar="T,T,...",
@@ -61,7 +68,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="fresh noise per step, 0-1, for euler_a, dpm2_a, dpmpp_2s_a, dpmpp_2m_sde, dpmpp_3m_sde "
                         "(default 1) and ddim (default 0)")
     p.add_argument("--gamma", type=float, default=None, help="tcd's fresh noise per step, 0-1 (default 0.3)")
-    p.add_argument("--turbo", action="store_true", help="SDXL-Turbo mode: euler_a, trailing schedule, no CFG")
+    p.add_argument("--turbo", action="store_true", help="the same as --recipe turbo")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:WEIGHT]",
                    help="a style LoRA applied while the weights stream (repeatable; weight default 1)")
     p.add_argument("--lora-folder", default=str(LORA_DIR), metavar="DIR",
@@ -114,7 +121,7 @@ def thread_count(text: str) -> int:
     return int(text)
 
 
-def size_from(args: argparse.Namespace) -> tuple[int, int]:
+def size_from(args: argparse.Namespace) -> tuple[int | None, int | None]:
     if args.res is not None:
         if args.width is not None or args.height is not None:
             raise InputError("give either --res WxH or --width/--height, not both")
@@ -122,7 +129,7 @@ def size_from(args: argparse.Namespace) -> tuple[int, int]:
         if not sep or not w.isdigit() or not h.isdigit():
             raise InputError(f"--res must look like 1024x1024 (width x height), got '{args.res}'")
         return int(w), int(h)
-    return args.width or 1024, args.height or 1024
+    return args.width, args.height
 
 
 def prompt_loras(args: argparse.Namespace) -> tuple[str, list[tuple[Path, float]]]:
@@ -166,6 +173,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     width, height = size_from(args)
+    if args.turbo:
+        if args.recipe not in (None, "turbo"):
+            raise InputError(f"--turbo is --recipe turbo; give one recipe, not also --recipe {args.recipe}")
+        args.recipe = "turbo"
     preset = preset_from(args)
     for flag, every in (("--preview-every", args.preview_every), ("--decode-every", args.decode_every)):
         if every is not None and every < 1:
@@ -199,11 +210,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
             watch(p)
 
     try:
-        result = pipe.generate(prompt, args.neg_prompt, steps=args.steps, guidance=args.guidance,
-                               seed=args.seed, width=width, height=height, sampler=args.sampler, turbo=args.turbo,
-                               schedule=args.schedule, timesteps=args.timesteps, eta=args.eta, gamma=args.gamma,
-                               init_noise=init_noise, checkpoint_dir=args.checkpoint_dir, restart=args.restart,
-                               on_progress=on_progress, cancel=cancel, tiled=not args.not_tiled, decoder=args.decoder)
+        results = pipe.generate_batch(
+            prompt, num=args.num, negative_prompt=args.neg_prompt, steps=args.steps, guidance=args.guidance,
+            seed=args.seed, width=width, height=height, sampler=args.sampler, recipe=args.recipe,
+            schedule=args.schedule, timesteps=args.timesteps, eta=args.eta, gamma=args.gamma, init_noise=init_noise,
+            checkpoint_dir=args.checkpoint_dir, restart=args.restart, on_progress=on_progress, cancel=cancel,
+            tiled=not args.not_tiled, decoder=args.decoder)
     except CheckpointMismatch as e:
         raise InputError(f"{e.folder} holds checkpoints of a different job ({'; '.join(e.differences)}). Add "
                          "--restart to discard them and start this job over, or give another --checkpoint-dir."
@@ -214,19 +226,26 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"slowframe: stopped{where}", file=sys.stderr)
         return 143
     progress.close()
-    result.save(output)
-    if args.save_latents:
-        save_npy(args.save_latents, result.latents)
-    meta = result.metadata
-    summary = {"event": "done", "output": str(output), "seed": meta["seed"], "resumed_from": result.resumed_from,
-               **result.timings}
-    if args.json:
-        print(json.dumps(summary), flush=True)
-    per_step = result.timings["seconds_per_step"]
-    how = f"{per_step} s/step" if per_step is not None else \
-        f"all {meta['steps']} steps were done already in {args.checkpoint_dir}: only the VAE ran"
-    print(f"wrote {output} ({meta['width']}x{meta['height']}, seed {meta['seed']}, {how})", file=sys.stderr)
+    for i, result in enumerate(results):
+        path = numbered(output, i, len(results))
+        result.save(path)
+        if args.save_latents:
+            save_npy(numbered(Path(args.save_latents), i, len(results)), result.latents)
+        meta = result.metadata
+        summary = {"event": "done", "output": str(path), "seed": meta["seed"], "resumed_from": result.resumed_from,
+                   **result.timings}
+        if args.json:
+            print(json.dumps(summary), flush=True)
+        per_step = result.timings["seconds_per_step"]
+        how = f"{per_step} s/step" if per_step is not None else \
+            f"all {meta['steps']} steps were done already in {args.checkpoint_dir}: only the VAE ran"
+        print(f"wrote {path} ({meta['width']}x{meta['height']}, seed {meta['seed']}, {how})", file=sys.stderr)
     return 0
+
+
+def numbered(path: Path, i: int, count: int) -> Path:
+    """The i-th of `count` files named like `path`: path itself for one, NAME-1.png, NAME-2.png, ... for more."""
+    return path if count == 1 else path.with_name(f"{path.stem}-{i + 1}{path.suffix}")
 
 
 def step_pictures(args: argparse.Namespace, pipe) -> list[StepPictures]:

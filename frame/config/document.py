@@ -56,7 +56,7 @@ def _read_config(reader: Reader, root: Node | None, source: Path | None) -> Conf
     display = read_display(reader, top.get("display"))
     folder = FilePath("folder").read(reader, top["wildcard_folder"], "wildcard_folder") if "wildcard_folder" in top \
         else reader.base / "wildcards"
-    prompts = Prompts(reader)
+    prompts = Prompts(reader, model)
     wildcards = prompts.wildcards(top.get("wildcards"))
     defaults = dict(THEME_DEFAULTS)
     if "defaults" in top:

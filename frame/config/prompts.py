@@ -14,16 +14,20 @@ from pathlib import Path
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from engine.errors import InputError
-from engine.sdxl.samplers import SAMPLERS, SCHEDULES, SamplerSpec, nearest_first
+from engine.options import resolve
+from engine.sdxl.pipeline import pictures_within
+from engine.sdxl.recipes import find_recipe
+from engine.sdxl.samplers import SAMPLERS, SCHEDULES, nearest_first
 from engine.sdxl.samplers.names import normalised, sampler_name, schedule_name
 from frame.config.reader import (AnyName, FilePath, Number, Problem, Reader, Text, Whole, column_offset, is_null,
                                  text_column)
 from frame.config.sections import Key, names, read_keys
-from frame.config.settings import Theme
+from frame.config.settings import ModelSettings, Theme
 from frame.loratags import find_tags, lora_files, unknown_name
 from frame.themes import Origin, Template, TemplateError, WildcardLoader, parse_template
 
-TURBO = "turbo"     # SDXL-Turbo mode: euler_a on the trailing schedule (the worker asks the pipeline for it)
+TURBO = "turbo"     # the old `sampler: turbo`, read as `recipe: turbo` with a warning
+SAMPLING = ("steps", "sampler", "schedule")   # what a recipe sets unless the theme (or defaults:) does
 MAX_STEPS = 150
 _SIZE = re.compile(r"^(\d+)\s*[xX]\s*(\d+)$")
 
@@ -78,6 +82,21 @@ class SamplingName:
 
 
 @dataclass(frozen=True)
+class RecipeName:
+    """A recipe's name (engine.sdxl.recipes), canonical."""
+
+    def read(self, reader: Reader, node: Node, where: str) -> str | None:
+        raw = reader.scalar(node, where, "a recipe such as sdxl, turbo, lightning-4 or dmd2")
+        if raw is None:
+            return None
+        try:
+            return find_recipe(raw).name
+        except InputError as exc:
+            reader.error(node, f"{where}: {exc}")
+            return None
+
+
+@dataclass(frozen=True)
 class LoraFile:
     """A LoRA file; one that is not there yet is a warning (the theme fails until it is)."""
 
@@ -90,6 +109,8 @@ class LoraFile:
 
 THEME = (   # also the keys of ``defaults:``, which every theme starts from
     Key("negative", Text(), "what the picture should not show"),
+    Key("recipe", RecipeName(), "the kind of model and its sampling: sdxl, turbo, lightning-4, dmd2, ... "
+        "(sets steps, sampler, schedule and guidance unless they are given)"),
     Key("steps", Whole(1, MAX_STEPS, " steps"), "denoising steps"),
     Key("guidance", Number(0.0, 30.0), "classifier-free guidance scale"),
     Key("sampler", SamplingName("sampler", sampler_name, SAMPLERS + (TURBO,), "euler, dpmpp_2m or lcm"),
@@ -97,6 +118,8 @@ THEME = (   # also the keys of ``defaults:``, which every theme starts from
     Key("schedule", SamplingName("schedule", schedule_name, SCHEDULES, "karras or trailing"),
         "the noise schedule (default: the model's own)"),
     Key("size", Size(), '"panel" (the best size for the panel) or WIDTHxHEIGHT'),
+    Key("images_per_pass", Whole(1, 8, " pictures"), "pictures made together in one pass over the weights "
+        "(seeds in a row; all go to the history; the engine's memory budget limits them)"),
     Key("lora", LoraFile(), "a LoRA file to apply"),
     Key("lora_weight", Number(-4.0, 4.0), "how strongly the LoRA applies"),
     Key("weight", Number(0.0, 1e6, lo_open=True), "how often the theme comes up with order: weighted"),
@@ -107,8 +130,11 @@ THEME_DEFAULTS = {f.name: f.default for f in fields(Theme) if f.name in names(TH
 class Prompts:
     """The prompt templates of one file being read, each with where it was written, and their wildcard lists."""
 
-    def __init__(self, reader: Reader):
+    def __init__(self, reader: Reader, model: ModelSettings | None = None):
         self.reader = reader
+        self.model = model or ModelSettings()   # a LoRA recipe runs without a LoRA on a model imported with it;
+                                                # its preset's memory budget limits images_per_pass
+        self.defaults_given: set[str] = set()   # the keys ``defaults:`` sets, which a recipe does not replace
         self.written: dict[int, Origin] = {}   # id(template) -> where it was written in the file
         self.wildcard_loader = WildcardLoader(self._wildcard_problem, self.written, Origin(reader.file, 1, 1, None))
 
@@ -180,29 +206,55 @@ class Prompts:
             self.reader.error(values["negative"], f"{where}.negative: LoRA tags (<lora:NAME:WEIGHT>) go in the "
                                                   "prompt, not in the negative prompt",
                               column_offset(values["negative"], offset))
+        # A theme's own recipe replaces what defaults: set; a recipe in defaults: keeps it.
+        given = set(values) | (self.defaults_given if "recipe" not in values else set())
+        if out["sampler"] == TURBO:
+            if "sampler" in values:
+                self.reader.warn(values["sampler"], f"{where}.sampler: 'turbo' is now a recipe; write recipe: turbo "
+                                                    "instead of sampler: turbo")
+            out["recipe"] = TURBO
+            given -= {"sampler", "schedule"}    # what sampler: turbo meant was the whole of recipe: turbo
         if "steps" in values and out["steps"] > 60:
             self.reader.warn(values["steps"], f"{where}.steps: {out['steps']} steps take many hours on a Pi Zero 2 W "
                                               "and rarely look better than 20-40")
-        if out["sampler"] == TURBO and out["steps"] > 4 and ("steps" in values or "sampler" in values):
-            self.reader.warn(values.get("steps") or values["sampler"],
-                             f"{where}: turbo models are made for 1-4 steps, not {out['steps']}")
-        elif out["sampler"] != TURBO:
-            self.sampling(out, values, where)
+        shorthand = "sampler" in given and out["sampler"] != TURBO and sampler_name(out["sampler"])[1] is not None
+        self.sampling(out, values, given, where)
+        self.pictures(out, values, where)
+        if where == "defaults":    # "DPM++ 2M Karras" there gives the themes their schedule too
+            self.defaults_given = given | ({"schedule"} if shorthand else set())
         return out, values
 
-    def sampling(self, out: dict, values: dict[str, Node], where: str) -> None:
-        """Sampler, schedule and steps together, in canonical names ("dpmpp_2m_karras" becomes
-        dpmpp_2m with karras); a combination the engine refuses is an error at the key that made it."""
-        schedule = out["schedule"] if "schedule" in values or out["schedule"] != "default" else None
+    def sampling(self, out: dict, values: dict[str, Node], given: set[str], where: str) -> None:
+        """The recipe with the steps, sampler, schedule and guidance given over it, in canonical
+        names ("dpmpp_2m_karras" becomes dpmpp_2m with karras); a combination the engine refuses
+        is an error at the key that made it, a LoRA recipe without its LoRA at the recipe."""
+        recipe = find_recipe(out["recipe"])
         try:
-            spec = SamplerSpec.parse(out["sampler"], schedule, out["steps"])
+            spec = recipe.spec(*(out[k] if k in given else None for k in SAMPLING))
             spec.build()
         except InputError as exc:
-            key = next((k for k in ("schedule", "steps", "sampler") if k in values), None)
+            key = next((k for k in ("schedule", "steps", "sampler", "recipe") if k in values), None)
             if key is not None:
                 self.reader.error(values[key], f"{where}: {exc}")
             return
-        out["sampler"], out["schedule"] = spec.sampler, spec.schedule
+        out["steps"], out["sampler"], out["schedule"] = spec.steps, spec.sampler, spec.schedule
+        if "guidance" not in given:
+            out["guidance"] = recipe.guidance
+        missing = recipe.missing_file(self.model.path, [out["lora"]] if out["lora"] else [])
+        if missing and "recipe" in values:
+            self.reader.error(values["recipe"], f"{where}: {missing}")
+
+    def pictures(self, out: dict, values: dict[str, Node], where: str) -> None:
+        """images_per_pass within what the model's preset holds at the theme's size (the panel's
+        size is known only when the frame runs: the job says so then)."""
+        budget = resolve(self.model.preset).memory_budget
+        if "images_per_pass" not in values or out["images_per_pass"] < 2 or not budget or out["size"] is None:
+            return
+        fits = pictures_within(budget, *out["size"])
+        if out["images_per_pass"] > fits:
+            self.reader.error(values["images_per_pass"], f"{where}.images_per_pass: {out['images_per_pass']} "
+                                                         f"pictures of {out['size'][0]}x{out['size'][1]} do not fit "
+                                                         f"the {self.model.preset} preset's memory; at most {fits}")
 
     def themes(self, node: Node, defaults: dict) -> list[Theme]:
         """The themes list: each theme's name, prompts and settings over ``defaults``."""

@@ -37,11 +37,13 @@ class Theme:
     name: str
     templates: tuple[Template, ...]
     negative: str = "text, watermark, signature, blurry, lowres"
-    steps: int = defaults.STEPS             # the engine's own, as `slowframe generate --help` says
+    recipe: str = "sdxl"                  # engine.sdxl.recipes: the kind of model the sampling is made for
+    steps: int = defaults.STEPS             # the sdxl recipe's, as `slowframe generate --help` says
     guidance: float = defaults.GUIDANCE
-    sampler: str = "euler"                # engine.sdxl.samplers' canonical name, or "turbo"
-    schedule: str = "default"
+    sampler: str = "euler"                # engine.sdxl.samplers' canonical name
+    schedule: str = "default"             # or "explicit": the recipe's timesteps
     size: tuple[int, int] | None = None   # None: the panel's best size
+    images_per_pass: int = 1              # pictures made together (seeds in a row), all kept in the history
     lora: Path | None = None
     lora_weight: float = 1.0
     weight: float = 1.0

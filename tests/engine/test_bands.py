@@ -63,3 +63,13 @@ def test_uint8_skips_hold_no_more_than_their_bytes_and_a_band_while_stored():
     x = randn(2, 320, 64, 64)
     peak = peak_traced_bytes(lambda: Compact(x, "uint8"))
     assert peak < x.size + (1 << 20) + 64 * 1024         # the uint8 data, one 1 MB float32 band, the ranges
+
+
+def test_a_uint8_activation_stores_each_picture_of_a_batch_as_it_stores_it_alone():
+    quiet, loud = randn(1, 32, 8, 16), 40 * randn(1, 32, 8, 16)   # far apart ranges: one scale would blur `quiet`
+    batch = Compact(np.concatenate([quiet, loud]), "uint8")
+    for b, alone in enumerate((Compact(quiet, "uint8"), Compact(loud, "uint8"))):
+        got, want = np.empty((32, 8, 16), np.float32), np.empty((32, 8, 16), np.float32)
+        batch.fill(b, 0, 8, got)
+        alone.fill(0, 0, 8, want)
+        assert np.array_equal(got, want), b

@@ -61,3 +61,26 @@ def test_the_daemon_makes_a_picture_and_resumes_it_after_sigkill(tmp_path, tiny_
         assert "Steps: 3, Sampler: Euler, CFG scale: 5.0" in parameters, "the words `slowframe generate` writes"
     finally:
         second.close()
+
+
+def test_images_per_pass_puts_every_picture_of_the_pass_in_the_history(tmp_path, tiny_model):
+    text = config(tiny_model).replace("guidance: 5}", "guidance: 5, images_per_pass: 2}")
+    daemon = Daemon(tmp_path, text, generator="frame.worker:load_sdxl")
+    try:
+        deadline = time.monotonic() + 400
+        while len(list((tmp_path / "state" / "history").glob("*.json"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        records = [(json.loads(p.read_text()), p) for p in (tmp_path / "state" / "history").glob("*.json")]
+    finally:
+        daemon.close()
+    records = sorted(records, key=lambda r: r[0]["seed"])
+    (first, first_path), (second, second_path) = records
+    assert second["seed"] == first["seed"] + 1 and second["id"] == first["id"] + "-2"
+    assert first["shown"] is not None and second["shown"] is None
+    assert second["pipeline"]["seed"] == second["seed"] and second["prompt"] == first["prompt"]
+    pipe = Pipeline.load(tiny_model, preset="default")
+    for record, path in records:   # the pictures single runs with these seeds give (to float32 rounding)
+        alone = pipe.generate(record["prompt"], negative_prompt=record["negative_prompt"], steps=3, guidance=5.0,
+                              seed=record["seed"], width=256, height=256, sampler="euler").image
+        difference = np.abs(np.asarray(Image.open(path.with_suffix(".png")), np.int16) - np.asarray(alone, np.int16))
+        assert difference.max() <= 1

@@ -71,16 +71,33 @@ def test_the_jobs_decoder_reaches_the_generator(tmp_path):
     assert [c["decoder"] for c in calls(model) if c["event"] == "start"] == ["tiny", "full"]
 
 
-@pytest.mark.parametrize("sampler,schedule,asked", [
-    ("dpmpp_2m", "karras", dict(sampler="dpmpp_2m", schedule="karras", turbo=False)),
-    ("lcm", "default", dict(sampler="lcm", schedule="default", turbo=False)),
-    ("turbo", "default", dict(sampler="euler_a", schedule=None, turbo=True))])
-def test_worker_asks_the_pipeline_for_the_job_sampler_and_schedule(tmp_path, sampler, schedule, asked):
+@pytest.mark.parametrize("job,asked", [
+    (dict(sampler="dpmpp_2m", schedule="karras"), dict(sampler="dpmpp_2m", schedule="karras", recipe="sdxl")),
+    (dict(sampler="lcm", schedule="default"), dict(sampler="lcm", schedule="default", recipe="sdxl")),
+    # the recipe's own timesteps: the pipeline is asked for the recipe, not for a schedule
+    (dict(sampler="lcm", schedule="explicit", steps=4, recipe="dmd2"),
+     dict(sampler="lcm", schedule=None, recipe="dmd2")),
+    (dict(sampler="euler", schedule="trailing", steps=4, recipe="lightning-4"),
+     dict(sampler="euler", schedule="trailing", recipe="lightning-4")),
+    # a job written before recipes, with the old turbo sampler
+    (dict(sampler="turbo", schedule="default"), dict(sampler=None, schedule=None, recipe="turbo"))])
+def test_worker_asks_the_pipeline_for_the_job_recipe_sampler_and_schedule(tmp_path, job, asked):
     model = write_fake_model(tmp_path / "model")
-    events = run_worker(make_job(model, sampler=sampler, schedule=schedule), tmp_path / "job")
+    events = run_worker(make_job(model, **job), tmp_path / "job")
     assert isinstance(events[-1], Finished)
     start = next(c for c in calls(model) if c["event"] == "start")
     assert {k: start[k] for k in asked} == asked
+
+
+def test_a_job_of_several_pictures_writes_each_with_the_next_seed(tmp_path):
+    model = write_fake_model(tmp_path / "model")
+    events = run_worker(make_job(model, pictures=3), tmp_path / "job")
+    assert isinstance(events[-1], Finished)
+    starts = [c for c in calls(model) if c["event"] == "start"]
+    assert [c["seed"] for c in starts] == [1234, 1235, 1236]
+    pictures = [tmp_path / "job" / name for name in ("result.png", "result-2.png", "result-3.png")]
+    assert all(p.exists() for p in pictures)
+    assert len({p.read_bytes() for p in pictures}) == 3
 
 
 def test_stopped_worker_keeps_its_checkpoint_and_resumes_to_the_same_picture(tmp_path):

@@ -16,41 +16,10 @@ from engine.errors import ModelFileError
 from engine.sdxl import UNet
 from engine.sdxl.text_encoder import ClipTextEncoder
 from engine.weights import TensorStore
-from lora_files import kohya_lora
+from lora_files import kohya_lora, peft_lora
 from tiny_models import load_pipeline, unet_reference
 
 WEIGHT = 0.7
-
-
-def peft_lora(folder, path, seed: int = 7):
-    """A diffusers/PEFT LoRA as diffusers' own training scripts save it, with lora_alpha in
-    the file's metadata (alpha 8 over rank 4 in the UNet, 2 over 4 in the text encoders)."""
-    from diffusers import StableDiffusionXLPipeline
-    from peft import LoraConfig, inject_adapter_in_model
-    from peft.utils import get_peft_model_state_dict
-
-    pipe = load_pipeline(folder)
-    unet_cfg = LoraConfig(r=4, lora_alpha=8, init_lora_weights="gaussian",
-                          target_modules=["to_q", "to_v", "ff.net.2", "conv1", "proj_out"])
-    text_cfg = LoraConfig(r=4, lora_alpha=2, init_lora_weights="gaussian", target_modules=["q_proj", "fc2"])
-    pipe.unet.add_adapter(unet_cfg)
-    for encoder in (pipe.text_encoder, pipe.text_encoder_2):   # PEFT itself (transformers wants a newer PEFT)
-        inject_adapter_in_model(text_cfg, encoder)
-    g = torch.Generator().manual_seed(seed)
-    layers = {}
-    for name in ("unet", "text_encoder", "text_encoder_2"):
-        model = getattr(pipe, name)
-        with torch.no_grad():
-            for key, p in model.named_parameters():
-                if "lora_B" in key:
-                    p.copy_(0.05 * torch.randn(p.shape, generator=g))
-        layers[name] = get_peft_model_state_dict(model)
-    StableDiffusionXLPipeline.save_lora_weights(
-        path.parent, unet_lora_layers=layers["unet"], text_encoder_lora_layers=layers["text_encoder"],
-        text_encoder_2_lora_layers=layers["text_encoder_2"], weight_name=path.name,
-        unet_lora_adapter_metadata=unet_cfg.to_dict(), text_encoder_lora_adapter_metadata=text_cfg.to_dict(),
-        text_encoder_2_lora_adapter_metadata=text_cfg.to_dict())
-    return path
 
 
 def fused_reference(folder, lora, weight):

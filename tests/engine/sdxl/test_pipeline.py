@@ -39,12 +39,12 @@ def tiny_sdxl(tmp_path_factory):
     return root, make_sdxl(root)
 
 
-def reference_scheduler(ref, sampler: str, turbo: bool):
+def reference_scheduler(ref, sampler: str, recipe: str | None):
     config = ref.scheduler.config
     if sampler == "euler":
         return EulerDiscreteScheduler.from_config(config)
-    if sampler == "euler_a":
-        return EulerAncestralDiscreteScheduler.from_config(config, timestep_spacing="trailing" if turbo else "leading")
+    if recipe == "turbo" or sampler == "euler_a":
+        return EulerAncestralDiscreteScheduler.from_config(config, timestep_spacing="trailing" if recipe else "leading")
     return DPMSolverMultistepScheduler.from_config(config, use_karras_sigmas=True, algorithm_type="dpmsolver++",
                                                    solver_order=2)
 
@@ -55,9 +55,9 @@ def psnr(a: Image.Image, b: Image.Image) -> float:
     return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
 
 
-@pytest.mark.parametrize("sampler,turbo,guidance", [
-    ("euler", False, 5.0), ("euler_a", False, 7.0), ("dpmpp_2m_karras", False, 5.0), ("euler_a", True, 0.0)])
-def test_final_latents_and_picture_match_diffusers(tiny_sdxl, sampler, turbo, guidance, monkeypatch):
+@pytest.mark.parametrize("sampler,recipe,guidance", [
+    ("euler", None, 5.0), ("euler_a", None, 7.0), ("dpmpp_2m_karras", None, 5.0), (None, "turbo", 0.0)])
+def test_final_latents_and_picture_match_diffusers(tiny_sdxl, sampler, recipe, guidance, monkeypatch):
     root, ref = tiny_sdxl
     seed = 1234
     noise = np.random.default_rng(5).standard_normal((1, 4, HEIGHT // 8, WIDTH // 8), dtype=np.float32)
@@ -67,7 +67,7 @@ def test_final_latents_and_picture_match_diffusers(tiny_sdxl, sampler, turbo, gu
     ref_rng = np.random.Generator(np.random.PCG64(seed))
     monkeypatch.setattr(scheduling_euler_ancestral_discrete, "randn_tensor",
                         lambda shape, **kw: torch.from_numpy(draw_noise(ref_rng, tuple(shape))))
-    ref.scheduler = reference_scheduler(ref, sampler, turbo)
+    ref.scheduler = reference_scheduler(ref, sampler, recipe)
     with torch.no_grad():
         ref_latents = ref(prompt=PROMPT, negative_prompt=NEGATIVE, num_inference_steps=4, guidance_scale=guidance,
                           width=WIDTH, height=HEIGHT, latents=torch.from_numpy(noise), output_type="latent").images
@@ -76,7 +76,7 @@ def test_final_latents_and_picture_match_diffusers(tiny_sdxl, sampler, turbo, gu
 
     pipe = Pipeline.load(root)
     result = pipe.generate(PROMPT, NEGATIVE, steps=4, guidance=guidance, seed=seed, width=WIDTH, height=HEIGHT,
-                           sampler=sampler, turbo=turbo, init_noise=noise)
+                           sampler=sampler, recipe=recipe, init_noise=noise)
 
     assert result.latents.shape == (1, 4, HEIGHT // 8, WIDTH // 8)
     assert pcc(result.latents, ref_latents.numpy()) >= 0.999
@@ -338,6 +338,10 @@ def test_bad_requests_are_refused_with_what_is_allowed(tiny_sdxl, kwargs, messag
     (["--schedule", "karas"], "unknown schedule 'karas'; choose one of: karras, "),
     (["--timesteps", "999,1200"], "timestep 1200 is outside the model's training timesteps 0..999"),
     (["--sampler", "tcd", "--eta", "0.3"], "sampler tcd takes no eta (tcd's amount of noise is its gamma)"),
+    (["--recipe", "lightnin-8"], "unknown recipe 'lightnin-8'; choose one of: lightning-8, "),
+    (["--recipe", "dmd2"], "recipe dmd2 is for DMD2 4-step: it needs the LoRA dmd2_sdxl_4step_lora_fp16.safetensors"),
+    (["--turbo", "--steps", "8"], "recipe turbo supports 1-4 steps, not 8"),
+    (["--turbo", "--recipe", "sdxl"], "--turbo is --recipe turbo; give one recipe, not also --recipe sdxl"),
 ])
 def test_the_command_line_names_bad_sampler_settings_without_a_traceback(tiny_sdxl, tmp_path, flags, message):
     root, _ = tiny_sdxl

@@ -235,7 +235,78 @@ def test_samplers_and_schedules_are_read_as_the_engine_names_them(tmp_path):
         """))
     config = load_config(path)
     assert [(t.sampler, t.schedule) for t in config.themes] == [
-        ("dpmpp_2m", "karras"), ("dpmpp_3m_sde", "exponential"), ("lcm", "karras"), ("turbo", "karras")]
+        ("dpmpp_2m", "karras"), ("dpmpp_3m_sde", "exponential"), ("lcm", "karras"), ("euler_a", "trailing")]
+    assert config.themes[3].recipe == "turbo" and config.themes[3].steps == 2
+    deprecated, = config.warnings
+    assert (deprecated.line, deprecated.column) == (7, 35) and "write recipe: turbo" in deprecated.message
+
+
+def test_a_recipe_sets_the_sampling_unless_the_theme_does(tmp_path):
+    lora = tmp_path / "sdxl_lightning_4step_lora.safetensors"
+    lora.write_bytes(b"")
+    path = tmp_path / "frame.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        defaults:
+          steps: 30
+          guidance: 7
+          lora: {lora}
+        themes:
+          - {{name: a, prompt: x}}
+          - {{name: b, prompt: x, recipe: lightning-4}}
+          - {{name: c, prompt: x, recipe: dmd2}}
+          - {{name: d, prompt: x, recipe: lightning-4, sampler: euler_a, guidance: 1.5}}
+          - {{name: e, prompt: x, recipe: TURBO, steps: 2}}
+        """))
+    got = [(t.recipe, t.sampler, t.schedule, t.steps, t.guidance) for t in load_config(path).themes]
+    assert got == [("sdxl", "euler", "default", 30, 7.0), ("lightning-4", "euler", "trailing", 4, 0.0),
+                   ("dmd2", "lcm", "explicit", 4, 0.0), ("lightning-4", "euler_a", "trailing", 4, 1.5),
+                   ("turbo", "euler_a", "trailing", 2, 0.0)]
+
+
+def test_bad_recipes_are_errors_at_their_place(tmp_path):
+    found = problems(tmp_path, """\
+        themes:
+          - name: a
+            prompt: x
+            recipe: lightnin-4
+          - name: b
+            prompt: x
+            recipe: lightning-4
+          - name: c
+            prompt: x
+            recipe: turbo
+            steps: 8
+          - name: d
+            prompt: x
+            recipe: dmd2
+            lora: style.safetensors
+            steps: 2
+        """)
+    errors = [p for p in found if p[2] == "error"]
+    assert [e[:2] for e in errors] == [(4, 13), (7, 13), (11, 12), (16, 12)]
+    assert errors[0][3].startswith("themes[0].recipe: unknown recipe 'lightnin-4'; choose one of: lightning-4, ")
+    assert errors[1][3].startswith("themes[1]: recipe lightning-4 is for SDXL-Lightning 4-step: it needs the LoRA "
+                                   "sdxl_lightning_4step_lora.safetensors (ByteDance/SDXL-Lightning)")
+    assert errors[2][3] == "themes[2]: recipe turbo supports 1-4 steps, not 8"
+    assert errors[3][3].startswith("themes[3]: recipe dmd2 samples at timesteps 999,749,499,249, which are 4 steps")
+
+
+def test_images_per_pass_beyond_the_preset_memory_is_an_error_at_its_place(tmp_path):
+    found = problems(tmp_path, """\
+        model: {preset: rpi-lowmem}
+        themes:
+          - {name: a, prompt: x, size: 512x512, images_per_pass: 3}
+          - {name: b, prompt: x, size: 1024x1024, images_per_pass: 2}
+          - {name: c, prompt: x, images_per_pass: 9}
+        """)
+    errors = [p for p in found if p[2] == "error"]
+    assert [e[:2] for e in errors] == [(4, 60), (5, 43)]
+    assert errors[0][3] == ("themes[1].images_per_pass: 2 pictures of 1024x1024 do not fit the rpi-lowmem "
+                            "preset's memory; at most 1")
+    path = tmp_path / "ok.yaml"
+    path.write_text("model: {preset: default}\nthemes:\n  - {name: a, prompt: x, size: 1024x1024, "
+                    "images_per_pass: 4}\n")
+    assert load_config(path).themes[0].images_per_pass == 4
 
 
 def test_bad_samplers_and_schedules_list_the_valid_ones_nearest_first(tmp_path):

@@ -88,7 +88,7 @@ def test_the_frames_steps_and_guidance_are_what_generate_says_it_uses(base):
     help_text = subprocess.run([sys.executable, "-m", "frame.cli", "generate", "--help"], capture_output=True,
                                text=True, cwd=REPO, check=True).stdout
     words = " ".join(help_text.split())
-    steps = re.search(r"sampling steps \(default (\d+);", words)[1]
-    guidance = re.search(r"classifier-free guidance \(default ([\d.]+);", words)[1]
+    steps = re.search(r"sampling steps \(default: the recipe's, (\d+) for sdxl", words)[1]
+    guidance = re.search(r"classifier-free guidance \(default: the recipe's, ([\d.]+) for sdxl", words)[1]
     theme = read("", base).theme("probe")
     assert (theme.steps, theme.guidance) == (int(steps), float(guidance))
