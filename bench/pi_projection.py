@@ -145,6 +145,19 @@ def our_cases(panel_size: tuple[int, int]) -> list[Case]:
     ]
 
 
+def recipe_cases(panel_size: tuple[int, int]) -> list[Case]:
+    """Every recipe (engine/sdxl/recipes.py) at its own steps and guidance, with each decoder: at the
+    panel's bucket, or at the size its model was trained at when that is not SDXL's 1024x1024 (Turbo)."""
+    from engine.sdxl.recipes import RECIPES
+
+    cases = []
+    for r in RECIPES.values():
+        w, h = panel_size if r.size == (1024, 1024) else r.size
+        for decoder in DECODERS:
+            cases.append(Case(f"recipe {r.name}", "slowframe", w, h, r.steps, r.guidance > 1, decoder=decoder))
+    return cases
+
+
 # ============================================================================== measuring
 
 
@@ -516,6 +529,20 @@ def print_projection(p: Projection, f: Figures) -> None:
                  "minutes", "reads"], rows + [total])
 
 
+def print_recipes(cases: list[Case], projections: dict, f: Figures) -> None:
+    """One row per recipe: size, steps, UNet evaluations, minutes with each decoder."""
+    rows: dict[str, dict] = {}
+    for case in cases:
+        p = projections[case]
+        row = rows.setdefault(case.label, {
+            "recipe": case.label.removeprefix("recipe "), "size": f"{case.width}x{case.height}",
+            "steps": str(case.steps), "UNet evaluations": str(sum(s.count for s in p.stages if s.stage == "unet"))})
+        row[f"min, {DECODERS[case.decoder].label}"] = f"{p.minutes(f):.0f}"
+    log("\nevery recipe on a Pi Zero 2 W (LoRAs merged at import: `models import --lora`; applied at run time "
+        "a LoRA adds its own reads to every evaluation):")
+    print_table(list(next(iter(rows.values()))), list(rows.values()))
+
+
 def parse_ratios(items: list[str]) -> dict[str, float]:
     ratios: dict[str, float] = {}
     for item in items:
@@ -576,9 +603,10 @@ def main(argv: list[str] | None = None) -> int:
 
     published = published_cases()
     ours = our_cases(fit_size(PANEL))
+    recipes = recipe_cases(fit_size(PANEL))
     wanted: dict[str, tuple[str, dict]] = {}
     case_keys: dict[Case, dict[str, str]] = {}
-    for case in published + ours:
+    for case in published + ours + recipes:
         # OnnxStream's cases are traced with our preset's ops: only FLOPs and bytes are
         # taken from them, and those do not depend on the options.
         keys = {}
@@ -589,7 +617,8 @@ def main(argv: list[str] | None = None) -> int:
         case_keys[case] = keys
     measured = measure(args.model, args.preset, wanted, args.remeasure)
 
-    projections = {case: project(case, measured, case_keys[case], options, ratios) for case in published + ours}
+    projections = {case: project(case, measured, case_keys[case], options, ratios)
+                   for case in published + ours + recipes}
     figures = calibrate([projections[c] for c in published if c.role == "fixes"], args.other_gflops, args.read_mb_s)
 
     log(f"\nPi Zero 2 W projection: model {args.model} ({fingerprint[:12]}), our preset {args.preset}")
@@ -605,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
         print_projection(projections[case], figures)
     for case in ours:
         print_projection(projections[case], figures)
+    print_recipes(recipes, projections, figures)
     log("\ncalibration (published vs projected):")
     for case in published:
         got = projections[case].minutes(figures)
