@@ -22,6 +22,7 @@ import os
 import shutil
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.atomic import write_bytes
@@ -160,11 +161,15 @@ class ConfigWriter:
                 f"it is enabled (`systemctl enable --now {self.unit.name}`) and see `journalctl -u {service}`")
 
 
-def commit(folder: Path, target: Path) -> dict | None:
+def commit(folder: Path, target: Path, report: Callable[[str], None] = print) -> dict | None:
     """The root step (``slowframe config commit``, run by slowframe-config.service): the request the daemon left
     in ``folder`` taken (removed first, so the path unit does not start the step again), checked, saved as
     ``target`` with the old file kept as NAME.bak, and the result left in ``folder`` for the daemon. The result;
-    None when there was no request (the daemon withdrew it). OSError when the result cannot be written."""
+    None when there was no request (the daemon withdrew it). OSError when the result cannot be written.
+
+    The result holds only the problems in the text itself: the checker reads the files a config names
+    (wildcard lists), and as root it could read files the daemon may not, so what it found in them goes
+    to ``report`` (the journal) alone."""
     request = folder / REQUEST_NAME
     try:
         data = _take(request)
@@ -173,7 +178,7 @@ def commit(folder: Path, target: Path) -> dict | None:
     except RequestRefused as exc:
         result = {"request": None, "ok": False, "message": f"{exc}; nothing was saved"}
     else:
-        result = {"request": request_id(data), **_save(data, target)}
+        result = {"request": request_id(data), **_save(data, target, report)}
     write_bytes(folder / RESULT_NAME, json.dumps(result).encode())
     return result
 
@@ -223,17 +228,21 @@ def _remove(path: Path) -> None:
         pass
 
 
-def _save(data: bytes, target: Path) -> dict:
+def _save(data: bytes, target: Path, report: Callable[[str], None]) -> dict:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
         return {"ok": False, "message": f"the config sent is not UTF-8 text (line {line}); nothing was saved"}
     problems = check_text(text, target)
-    listed = [problem_json(p) for p in problems]
+    for problem in problems:
+        report(str(problem))
+    listed = [problem_json(p) for p in problems if p.file == str(target)]
     errors = [p for p in problems if p.severity == "error"]
     if errors:
-        return {"ok": False, "message": f"the config has {len(errors)} error(s); nothing was saved",
+        elsewhere = len(problems) - len(listed)
+        where = f" ({elsewhere} problem(s) in the files it names are in the root step's journal)" if elsewhere else ""
+        return {"ok": False, "message": f"the config has {len(errors)} error(s){where}; nothing was saved",
                 "problems": listed}
     try:
         replace_file(target, data)

@@ -71,6 +71,20 @@ def test_text_with_errors_is_refused_with_line_and_column_and_the_file_is_unchan
     assert answer(run) == result and left_alone(card) and not (run / REQUEST_NAME).exists()
 
 
+def test_what_the_checker_finds_in_files_the_text_names_goes_to_the_journal_only(run, card, tmp_path):
+    # as root the checker may read files the daemon may not: nothing of theirs goes back to the daemon
+    secret = tmp_path / "secret" / "token.txt"
+    secret.parent.mkdir()
+    secret.write_text("s3cret-value {never closed\n")
+    (run / REQUEST_NAME).write_text(f"wildcard_folder: {secret.parent}\n"
+                                    "themes:\n  - {name: sea, prompt: a __token__ sea}\n")
+    journal = []
+    result = commit(run, card, report=journal.append)
+    assert not result["ok"] and result["problems"] == [] and "in the root step's journal" in result["message"]
+    assert str(secret) not in (run / RESULT_NAME).read_text() and left_alone(card)
+    assert [line.split(":")[0] for line in journal] == [str(secret)]
+
+
 @pytest.mark.parametrize("data, says", [
     (b"a" * (MAX_FILE_BYTES + 1), f"over {MAX_FILE_BYTES:,} bytes"),
     (b"themes: []\n\xff\xfe\n", "not UTF-8 text (line 2)"),

@@ -17,6 +17,7 @@ import pytest
 
 from frame.cli import build_parser
 from frame.cli.config import cmd_config_commit
+from frame.cli.web import WEB_STATE_DIR
 from frame.configsave import COMMIT_SECONDS, REQUEST_NAME
 from frame.paths import BOOT_PARTITION, CONFIG_COMMIT_UNIT, SEARCH_PATH, SYSTEM_RUNTIME_DIR
 from frame.web.configfile import SAVE_SECONDS
@@ -77,6 +78,12 @@ def test_the_service_may_write_the_boot_partition_and_the_runtime_folder_and_not
     assert one(service, "Service.PrivateNetwork") == "yes" and one(service, "Service.RestrictAddressFamilies") == \
         "none"
     assert one(service, "Service.PrivateDevices") == "yes" and one(service, "Service.ProtectHome") == "yes"
+
+
+def test_the_secrets_a_config_could_name_are_hidden_from_the_root_step():
+    hidden = {Path(p.lstrip("-")) for line in read_unit(SERVICE)["Service.InaccessiblePaths"] for p in line.split()}
+    assert {WEB_STATE_DIR, Path("/etc/wpa_supplicant"), Path("/etc/ssh"), Path("/etc/shadow")} <= hidden
+    assert not any(p == BOOT_PARTITION or p.is_relative_to(BOOT_PARTITION) for p in hidden)
 
 
 def test_the_daemon_cannot_write_the_boot_partition():
