@@ -9,7 +9,8 @@ and leave everything else to the main loop through ``Daemon.post``:
 - ``config_replace`` ``{"text", "version"}``: checked by the checker of ``slowframe config check``,
   refused with every problem (line and column) when it has errors or when the file changed
   since ``version`` was read; else the old file is kept as ``NAME.bak``, the new one written
-  atomically, and the daemon reloads;
+  atomically (on the card by the root step of frame.configsave: the daemon may not write the
+  boot partition), and the daemon reloads;
 - ``history``: every picture's record; ``history_file`` ``{"id"}``: the PNG as a descriptor (only
   pictures the history lists, so no name reaches any other file); ``history_delete`` ``{"id"}``;
 - ``upload`` ``{"pin"}`` with a picture's descriptor: checked like every picture the frame opens,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from PIL import Image, ImageStat
@@ -14,6 +17,8 @@ from PIL import Image, ImageStat
 from engine.atomic import write_bytes
 from frame import commands, configsave, control
 from socket_frames import CONFIG, SocketFrame
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -80,10 +85,11 @@ def test_bad_config_replace_requests_are_refused(frame, fields):
 
 class CommitUnit:
     """What slowframe-config.path and .service do on the frame: a thread that sees the request the daemon leaves in
-    its runtime folder and runs the root step on it, saving to ``target`` (the card)."""
+    its runtime folder and runs the root step on it, saving to ``target`` (the card); with ``process``, as the
+    service does, `slowframe config commit` in a process of its own (the results are then its exit statuses)."""
 
-    def __init__(self, folder, target, before=None):
-        self.folder, self.target, self.before = folder, target, before
+    def __init__(self, folder, target, before=None, process=False):
+        self.folder, self.target, self.before, self.process = folder, target, before, process
         self.results: list = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -94,7 +100,13 @@ class CommitUnit:
             if os.path.lexists(self.folder / configsave.REQUEST_NAME):
                 if self.before is not None:
                     self.before(self)
-                self.results.append(configsave.commit(self.folder, self.target))
+                self.results.append(self._commit())
+
+    def _commit(self):
+        if not self.process:
+            return configsave.commit(self.folder, self.target)
+        return subprocess.run([sys.executable, "-m", "frame.cli", "config", "commit", "--folder", str(self.folder),
+                               "--file", str(self.target)], cwd=REPO, capture_output=True, check=False).returncode
 
     def close(self):
         self._stop.set()
@@ -112,8 +124,10 @@ def card(frame, monkeypatch, tmp_path):
     return unit
 
 
-def test_on_the_card_a_good_edit_is_saved_by_the_root_step_with_the_backup_and_reloaded(frame, card):
-    unit = CommitUnit(frame.daemon.runtime_dir, frame.config_path)
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+def test_on_the_card_a_good_edit_is_saved_by_the_root_step_with_the_backup_and_reloaded(frame, card, process):
+    frame.daemon.config_writer.seconds = 20   # a process starts Python and imports the checker
+    unit = CommitUnit(frame.daemon.runtime_dir, frame.config_path, process=process)
     try:
         version = ask(frame, "config")["version"]
         edited = CONFIG.replace("keep: 3", "keep: 5")
@@ -121,7 +135,7 @@ def test_on_the_card_a_good_edit_is_saved_by_the_root_step_with_the_backup_and_r
     finally:
         unit.close()
     assert reply["ok"] and reply["message"] == f"saved {frame.config_path}; the frame reloads it now", reply
-    assert [r["ok"] for r in unit.results] == [True]
+    assert [0 if process else True] == [r if process else r["ok"] for r in unit.results]   # one commit, saved
     assert frame.config_path.read_text() == edited and commands.backup_path(frame.config_path).read_text() == CONFIG
     assert sorted(p.name for p in frame.daemon.runtime_dir.iterdir()) == [control.SOCKET_NAME]   # nothing left
     frame.step()
