@@ -9,7 +9,8 @@ and leave everything else to the main loop through ``Daemon.post``:
 - ``config_replace`` ``{"text", "version"}``: checked by the checker of ``slowframe config check``,
   refused with every problem (line and column) when it has errors or when the file changed
   since ``version`` was read; else the old file is kept as ``NAME.bak``, the new one written
-  atomically, and the daemon reloads;
+  atomically (on the card by the root step of frame.configsave: the daemon may not write the
+  boot partition), and the daemon reloads;
 - ``history``: every picture's record; ``history_file`` ``{"id"}``: the PNG as a descriptor (only
   pictures the history lists, so no name reaches any other file); ``history_delete`` ``{"id"}``;
 - ``upload`` ``{"pin"}`` with a picture's descriptor: checked like every picture the frame opens,
@@ -40,10 +41,11 @@ from typing import TYPE_CHECKING
 import yaml
 
 from engine.atomic import write_bytes
-from frame.config import ConfigError, HistorySettings, Problem, check_text
+from frame.config import ConfigError, HistorySettings, check_text
 from frame.config.prompts import SAMPLERS
 from frame.config.reader import compose
 from frame.config.settings import Config
+from frame.configsave import ConfigWriter, SaveError, backup_path, problem_json
 from frame.control import WithFile
 from frame.display.config import AUTO_PANEL, ORIENTATIONS, DisplayConfig
 from frame.display.panels import PANELS
@@ -96,18 +98,9 @@ def preview_file(daemon: Daemon) -> Path:
     return daemon.jobs.preview_path
 
 
-def backup_path(path: Path) -> Path:
-    return path.with_name(path.name + ".bak")
-
-
 def text_version(text: str) -> str:
     """What ``config_replace`` compares to know the file is still the one the editor started from."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def problem_json(problem: Problem) -> dict:
-    return {"file": problem.file, "line": problem.line, "column": problem.column, "message": problem.message,
-            "severity": problem.severity}
 
 
 def _current_text(path: Path) -> str | None:
@@ -177,11 +170,9 @@ def config_replace(daemon: Daemon, request: dict) -> dict:
                                             "another phone); load it again and redo your change",
                     "conflict": True}
         try:
-            if current is not None:
-                write_bytes(backup_path(path), path.read_bytes(), durable=True)
-            write_bytes(path, data, durable=True)
-        except OSError as exc:
-            return {"ok": False, "message": f"cannot write {path}: {exc.strerror or exc}; nothing was changed"}
+            (daemon.config_writer or ConfigWriter(daemon.runtime_dir)).save(path, data)
+        except SaveError as exc:
+            return {"ok": False, "message": exc.message, "problems": exc.problems}
     daemon.post("reload")
     log.info("config: %s replaced from the control socket (the previous version is %s)", path, backup_path(path))
     return {"ok": True, "message": f"saved {path}; the frame reloads it now", "version": text_version(text),

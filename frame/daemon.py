@@ -57,6 +57,7 @@ from frame import commands
 from frame.buttons import ButtonEvent, Buttons, ButtonsUnavailable
 from frame.config import (Config, ConfigError, Problem, ScheduleSettings, Theme, default_config, find_config,
                           load_config)
+from frame.configsave import ConfigWriter
 from frame.control import SOCKET_NAME, ControlServer
 from frame.display.config import DisplayConfig
 from frame.display.errors import DisplayError
@@ -112,7 +113,7 @@ class Daemon:
                  display_factory: Callable | None = None,
                  buttons_factory: Callable | None = Buttons,
                  notifier: Notifier | None = None, power: SystemPower | None = None,
-                 models_dir: Path | None = MODELS_DIR):
+                 config_writer: ConfigWriter | None = None, models_dir: Path | None = MODELS_DIR):
         self.config_path = Path(config_path) if config_path is not None else None
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -129,6 +130,7 @@ class Daemon:
         self.buttons_factory = buttons_factory
         self.notifier = notifier or Notifier()
         self.power = power     # None: SystemPower in the runtime folder, as it is when the action comes
+        self.config_writer = config_writer   # None: ConfigWriter in the runtime folder, as it is when an edit comes
         self.jobs = JobStore(self.state_dir)
         self.drop_ins = DropIns(Path(models_dir) if models_dir is not None else None)
         self.importing: dict | None = None  # the single-file model being imported: source, dest, done, total

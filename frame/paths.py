@@ -15,6 +15,8 @@ on a PC without them the per-user fallbacks below apply, so ``slowframe run`` an
 - DEFAULT_MODEL_PATH: the model the config's ``model.path`` names by default.
 - LORA_DIR: the LoRA files ``<lora:NAME:WEIGHT>`` in a prompt names (the config's ``model.lora_folder``).
 - SYSTEM_RUNTIME_DIR: the folder of the daemon's control socket (systemd's RuntimeDirectory).
+- CONFIG_COMMIT_UNIT: where image/build installs slowframe-config.path, the root step that alone writes
+  the boot partition's config file (frame.configsave); the daemon hands an edit to it when the unit is there.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ MODELS_DRIVE = "models"   # the exFAT partition's label (image/build), the drive
 DEFAULT_MODEL_PATH = MODELS_DIR / "sdxl-base-1.0"
 LORA_DIR = MODELS_DIR / "loras"
 SYSTEM_RUNTIME_DIR = Path("/run/slowframe")
+CONFIG_COMMIT_UNIT = Path("/usr/local/lib/systemd/system/slowframe-config.path")
 
 
 def default_state_dir() -> Path:

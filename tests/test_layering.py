@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                      "frame.history", "frame.jobs", "frame.notify", "frame.control", "frame.loratags",
                      "frame.power", "frame.models", "frame.pairing")),
     ("frame config", ("frame.config",)),
-    ("frame services", ("frame.buttons", "frame.scheduler", "frame.worker")),
+    ("frame services", ("frame.buttons", "frame.scheduler", "frame.worker", "frame.configsave")),
     ("frame daemon", ("frame.daemon", "frame.commands")),
     ("web app", ("frame.web",)),   # reaches the daemon through frame.control only, never frame.daemon
     ("command line", ("frame.cli",)),

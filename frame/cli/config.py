@@ -1,11 +1,13 @@
-"""`slowframe config check`: every problem of a config file, without running anything."""
+"""`slowframe config check`: every problem of a config file, without running anything; `slowframe config commit`:
+the root step that saves the web app's edit on the card (frame.configsave)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from frame.paths import SEARCH_PATH
+from frame.paths import SEARCH_PATH, SYSTEM_RUNTIME_DIR
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -16,6 +18,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                               "when it has errors (warnings alone: 0).")
     check.add_argument("file", nargs="?", help="the file (default: where `slowframe run` would look)")
     check.set_defaults(func=cmd_config_check)
+    commit = config_sub.add_parser(
+        "commit", help="save the edit the daemon left in its runtime folder (slowframe-config.service, as root)",
+        description="Take the config the daemon left as config-request in its runtime folder, check it as "
+                    "`config check` does, keep the old file as NAME.bak, write the new one and leave the result "
+                    "as config-result for the daemon. Refused: anything but a plain file of the daemon's, over "
+                    "1 MB, not UTF-8, or with errors. Run by slowframe-config.service; exit status 1 only when "
+                    "the result cannot be written.")
+    commit.add_argument("--folder", type=Path, default=SYSTEM_RUNTIME_DIR, help="the daemon's runtime folder "
+                        "(default: %(default)s)")
+    commit.add_argument("--file", type=Path, default=SEARCH_PATH[0], help="the config file to save "
+                        "(default: %(default)s)")
+    commit.set_defaults(func=cmd_config_commit)
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
@@ -34,3 +48,18 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     summary = f"{path}: {errors} error(s), {warnings} warning(s)" if problems else f"{path}: OK"
     print(summary, file=sys.stderr if errors else sys.stdout)
     return 1 if errors else 0
+
+
+def cmd_config_commit(args: argparse.Namespace) -> int:
+    from frame.configsave import commit
+
+    try:
+        result = commit(args.folder, args.file)
+    except OSError as exc:
+        print(f"cannot leave the result in {args.folder}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    if result is None:
+        print(f"no request in {args.folder}: the daemon withdrew it (it waits a few seconds at most)")
+    else:
+        print(result["message"], file=sys.stdout if result["ok"] else sys.stderr)
+    return 0

@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from frame.web.link import ask
 from frame.web.yamledit import EditError
 
+# On the card the daemon waits up to 30 s (frame.configsave.COMMIT_SECONDS) for the root step that writes the
+# boot partition; this is the longer wait for its answer, within waitress's 60 s channel_timeout (frame.cli.web).
+SAVE_SECONDS = 40.0
+
 
 @dataclass
 class ConfigFile:
@@ -47,7 +51,7 @@ def as_data(config: ConfigFile) -> dict:
 
 
 def save(text: str, version: str) -> Saved:
-    reply = ask("config_replace", text=text, version=version)
+    reply = ask("config_replace", timeout=SAVE_SECONDS, text=text, version=version)
     lines = text.split("\n")
     problems = [{**p, "where": f"line {p['line']}, column {p['column']}",
                  "source": lines[p["line"] - 1] if 0 < p["line"] <= len(lines) else ""}

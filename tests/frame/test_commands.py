@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import tempfile
+import threading
+import time
+from pathlib import Path
 
 import pytest
 from PIL import Image, ImageStat
 
-from frame import commands, control
+from engine.atomic import write_bytes
+from frame import commands, configsave, control
 from socket_frames import CONFIG, SocketFrame
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -72,6 +81,129 @@ def test_a_good_edit_lands_with_the_previous_version_kept_and_is_reloaded(frame)
 def test_bad_config_replace_requests_are_refused(frame, fields):
     reply = ask(frame, "config_replace", **fields)
     assert not reply["ok"] and frame.config_path.read_text() == CONFIG
+
+
+class CommitUnit:
+    """What slowframe-config.path and .service do on the frame: a thread that sees the request the daemon leaves in
+    its runtime folder and runs the root step on it, saving to ``target`` (the card); with ``process``, as the
+    service does, `slowframe config commit` in a process of its own (the results are then its exit statuses)."""
+
+    def __init__(self, folder, target, before=None, process=False):
+        self.folder, self.target, self.before, self.process = folder, target, before, process
+        self.results: list = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self):
+        while not self._stop.wait(0.02):
+            if os.path.lexists(self.folder / configsave.REQUEST_NAME):
+                if self.before is not None:
+                    self.before(self)
+                self.results.append(self._commit())
+
+    def _commit(self):
+        if not self.process:
+            return configsave.commit(self.folder, self.target)
+        return subprocess.run([sys.executable, "-m", "frame.cli", "config", "commit", "--folder", str(self.folder),
+                               "--file", str(self.target)], cwd=REPO, capture_output=True, check=False).returncode
+
+    def close(self):
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture
+def card(frame, monkeypatch, tmp_path):
+    """The frame as it is on the card: the daemon may not write the config's folder, the commit unit is installed."""
+    unit = tmp_path / "slowframe-config.path"
+    unit.write_text("[Path]\n")
+    monkeypatch.setattr(configsave, "can_write", lambda folder: folder != frame.config_path.parent)
+    frame.daemon.config_writer = configsave.ConfigWriter(frame.daemon.runtime_dir, unit=unit,
+                                                         target=frame.config_path, seconds=3)
+    return unit
+
+
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+def test_on_the_card_a_good_edit_is_saved_by_the_root_step_with_the_backup_and_reloaded(frame, card, process):
+    frame.daemon.config_writer.seconds = 20   # a process starts Python and imports the checker
+    unit = CommitUnit(frame.daemon.runtime_dir, frame.config_path, process=process)
+    try:
+        version = ask(frame, "config")["version"]
+        edited = CONFIG.replace("keep: 3", "keep: 5")
+        reply = ask(frame, "config_replace", text=edited, version=version)
+    finally:
+        unit.close()
+    assert reply["ok"] and reply["message"] == f"saved {frame.config_path}; the frame reloads it now", reply
+    assert [0 if process else True] == [r if process else r["ok"] for r in unit.results]   # one commit, saved
+    assert frame.config_path.read_text() == edited and commands.backup_path(frame.config_path).read_text() == CONFIG
+    assert sorted(p.name for p in frame.daemon.runtime_dir.iterdir()) == [control.SOCKET_NAME]   # nothing left
+    frame.step()
+    assert frame.daemon.config.history.keep == 5
+    stale = ask(frame, "config_replace", text=CONFIG, version=version)   # the version check stays the daemon's
+    assert not stale["ok"] and stale["conflict"] and frame.config_path.read_text() == edited
+
+
+def test_on_the_card_a_refusal_of_the_root_step_is_the_answer(frame, card, tmp_path):
+    unit = CommitUnit(frame.daemon.runtime_dir, tmp_path / "unmounted" / "slowframe.yaml")
+    try:
+        reply = ask(frame, "config_replace", text=CONFIG.replace("keep: 3", "keep: 5"),
+                    version=ask(frame, "config")["version"])
+    finally:
+        unit.close()
+    assert not reply["ok"] and "cannot write" in reply["message"] and "nothing was changed" in reply["message"]
+    assert frame.config_path.read_text() == CONFIG and not commands.backup_path(frame.config_path).exists()
+
+
+def test_on_the_card_a_late_answer_to_an_earlier_edit_is_not_taken_for_this_one(frame, card):
+    def earlier_answer_first(unit):
+        write_bytes(unit.folder / configsave.RESULT_NAME,
+                    json.dumps({"request": "0" * 16, "ok": False, "message": "an earlier edit's answer"}).encode())
+        time.sleep(0.3)
+
+    unit = CommitUnit(frame.daemon.runtime_dir, frame.config_path, before=earlier_answer_first)
+    try:
+        edited = CONFIG.replace("keep: 3", "keep: 4")
+        reply = ask(frame, "config_replace", text=edited, version=ask(frame, "config")["version"])
+    finally:
+        unit.close()
+    assert reply["ok"], reply
+    assert frame.config_path.read_text() == edited
+
+
+def test_on_the_card_with_the_root_step_not_running_the_edit_is_withdrawn_after_the_wait(frame, card):
+    frame.daemon.config_writer.seconds = 0.3
+    reply = ask(frame, "config_replace", text=CONFIG.replace("keep: 3", "keep: 5"),
+                version=ask(frame, "config")["version"])
+    assert not reply["ok"]
+    assert "did not take the edit within 0.3 s; nothing was saved" in reply["message"]
+    assert "systemctl enable --now slowframe-config.path" in reply["message"]
+    assert not (frame.daemon.runtime_dir / configsave.REQUEST_NAME).exists()   # a late start finds nothing
+    assert frame.config_path.read_text() == CONFIG
+
+
+def test_on_the_card_a_root_step_that_takes_the_edit_and_never_answers_says_so(frame, card):
+    frame.daemon.config_writer.seconds = 0.3
+    unit = CommitUnit(frame.daemon.runtime_dir, frame.config_path,   # taken, then the step dies before answering
+                      before=lambda u: (u.folder / configsave.REQUEST_NAME).unlink())
+    try:
+        reply = ask(frame, "config_replace", text=CONFIG.replace("keep: 3", "keep: 5"),
+                    version=ask(frame, "config")["version"])
+    finally:
+        unit.close()
+    assert not reply["ok"] and "took the edit but did not answer within 0.3 s" in reply["message"]
+    assert "journalctl -u slowframe-config.service" in reply["message"]
+
+
+def test_without_the_root_step_or_for_another_file_the_message_says_what_to_do(frame, card, tmp_path):
+    card.unlink()
+    reply = ask(frame, "config_replace", text=CONFIG, version=ask(frame, "config")["version"])
+    assert not reply["ok"] and "may not write" in reply["message"] and str(card) in reply["message"]
+    assert "install systemd/slowframe-config.path" in reply["message"] and "nothing was saved" in reply["message"]
+    frame.daemon.config_writer.target = tmp_path / "card" / "slowframe.yaml"
+    reply = ask(frame, "config_replace", text=CONFIG, version=ask(frame, "config")["version"])
+    assert not reply["ok"] and f"the root step saves only {tmp_path / 'card'}" in reply["message"]
+    assert frame.config_path.read_text() == CONFIG and not list(frame.daemon.runtime_dir.glob("config-*"))
 
 
 def test_history_lists_sends_and_deletes_pictures_by_id_only(frame):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from frame.paths import DEFAULT_MODEL_PATH, SEARCH_PATH
+from frame.paths import CONFIG_COMMIT_UNIT, DEFAULT_MODEL_PATH, SEARCH_PATH
 from frame.web.auth import PASSWORD_FILE, Credentials
 
 REPO = Path(__file__).resolve().parents[2]
@@ -222,9 +222,11 @@ def test_partitions_labels_and_mounts_agree():
     mounts = fstab()
     assert mounts["/"][:2] == (f"LABEL={root_label}", "ext4")
     assert mounts["/boot/firmware"][:2] == (f"LABEL={boot_label}", "vfat")
-    # the daemon (group slowframe) saves the web app's config edits beside the boot files
+    # the boot files are root's to write, anyone's to read (the daemon reads slowframe.yaml); the web app's
+    # config edits are written by the root step slowframe-config.service, never by a process of ours
     options = mounts[str(SEARCH_PATH[0].parent)][2].split(",")
-    assert "gid=$gid" in options and "fmask=0113" in options and "dmask=0002" in options
+    assert not [o for o in options if o.startswith(("uid=", "gid="))]
+    assert "fmask=0133" in options and "dmask=0022" in options
     assert re.search(r"mkfs.exfat -L (\w+)", BUILD)[1] == mounts[str(DEFAULT_MODEL_PATH.parent)][0][6:]
     assert mounts[str(DEFAULT_MODEL_PATH.parent)][1] == "exfat"            # where slowframe looks for models
     assert "nofail" in mounts[str(DEFAULT_MODEL_PATH.parent)][2]           # a frame boots without it
@@ -299,13 +301,15 @@ def test_every_runtime_dependency_is_in_the_image():
 def test_service_files_are_installed_and_enabled():
     for name in ("slowframe.service", "slowframe-devices.service", "slowframe.sysusers", "60-slowframe.rules",
                  "slowframe-web.socket", "slowframe-web.service", "slowframe-power@.path",
-                 "slowframe-power@.service"):
+                 "slowframe-power@.service", "slowframe-config.path", "slowframe-config.service"):
         assert f"$REPO/systemd/{name}" in BUILD
+    unitdir = re.search(r'local unitdir=\$ROOT(\S+)', BUILD)[1]
+    assert CONFIG_COMMIT_UNIT == Path(unitdir) / "slowframe-config.path"   # where the daemon looks for it
     enabled = re.search(r"systemctl enable ((?:[^\n]*\\\n)*[^\n]*)", BUILD)[1]   # with its continued lines
     assert "slowframe.service" in enabled and "slowframe-firstboot.service" in enabled
-    # the web app on port 80, found as slowframe.local, and the frame's two power requests
+    # the web app on port 80, found as slowframe.local, the frame's two power requests and its config saves
     for unit in ("slowframe-web.socket", "avahi-daemon.service", "slowframe-power@reboot.path",
-                 "slowframe-power@poweroff.path"):
+                 "slowframe-power@poweroff.path", "slowframe-config.path"):
         assert unit in enabled
     assert {"avahi-daemon", "libnss-mdns"} <= packages()
     assert re.search(r'echo slowframe > "\$ROOT/etc/hostname"', BUILD)   # avahi announces HOSTNAME.local

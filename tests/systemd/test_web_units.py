@@ -17,7 +17,7 @@ import pytest
 from frame import commands
 from frame.cli import build_parser
 from frame.cli.web import WEB_CACHE_DIR, WEB_STATE_DIR, cmd_web
-from frame.paths import SEARCH_PATH, SYSTEM_RUNTIME_DIR
+from frame.paths import SYSTEM_RUNTIME_DIR
 
 SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"
 SOCKET, SERVICE = SYSTEMD / "slowframe-web.socket", SYSTEMD / "slowframe-web.service"
@@ -86,9 +86,3 @@ def test_power_requests_are_the_files_the_daemon_makes():
         assert Path(watched.replace("%i", action)) == SYSTEM_RUNTIME_DIR / action
     assert shlex.split(one(service, "Service.ExecStart")) == ["/usr/bin/systemctl", "--no-block", "%i"]
     assert shlex.split(one(service, "Service.ExecStartPre")) == ["/bin/rm", "-f", watched]
-
-
-def test_the_daemon_may_write_the_config_file_the_web_app_edits():
-    daemon = read_unit(SYSTEMD / "slowframe.service")
-    writable = [Path(p.lstrip("-")) for p in daemon.get("Service.ReadWritePaths", [])]
-    assert SEARCH_PATH[0].parent in writable   # the SD card's slowframe.yaml and its .bak beside it
