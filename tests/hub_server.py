@@ -5,8 +5,10 @@ It serves model folders as repositories the way the hub does: the tree API
 sizes, git blob ids and LFS sha256s; /ORG/NAME/resolve/REV/PATH, where .safetensors files
 (LFS) redirect to /cdn/... with X-Linked-Size and X-Linked-Etag as the hub does; and
 /files/NAME for plain links (at `plain_url`, a host name other than the hub's). Range requests are answered with 206. Faults to inject:
-`cut` (close the connection after N bytes of a file, once), `corrupt` (flip a byte of a
-file for its next N downloads) and `ignore_range`. Every request is logged in `requests`.
+`cut` (close the connection after N bytes of a file, once), `corrupt` (flip the middle byte
+of a file in its next N downloads that include it), `hold` (stop before byte N of a file until
+an event is set, once: a slow network, seen from the client) and `ignore_range`. Every request
+is logged in `requests`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class HubServer:
         self.cut: dict[str, int] = {}        # name in the URL -> bytes sent before the connection drops (once, on a
                                              # download to the end of the file)
         self.corrupt: dict[str, int] = {}    # name in the URL -> downloads still to corrupt
+        self.hold: dict[str, tuple[int, threading.Event]] = {}   # name in the URL -> (byte to stop before, go on)
         self.ignore_range = False
         self.storage: str | None = None      # the host LFS files redirect to (None: this one)
         self.requests: list[tuple[str, str | None]] = []   # (path, Range header)
@@ -156,10 +159,6 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             if not file.is_file():
                 return self._status(404)
             size = file.stat().st_size
-            flip = None
-            if hub.corrupt.get(name, 0) > 0:
-                hub.corrupt[name] -= 1
-                flip = size // 2
             start, end = 0, size
             wanted = self.headers.get("Range")
             if wanted and not hub.ignore_range:
@@ -171,6 +170,15 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 self.send_response(200)
             self.send_header("Content-Length", str(end - start))
             self.end_headers()
+            flip = None
+            if hub.corrupt.get(name, 0) > 0 and start <= size // 2 < end:
+                hub.corrupt[name] -= 1
+                flip = size // 2
+            held = hub.hold.get(name)
+            if held is not None and start < held[0] < end:
+                del hub.hold[name]
+            else:
+                held = None
             cut = hub.cut.get(name) if not wanted or wanted.endswith("-") else None
             if cut is not None and cut < end - start:
                 del hub.cut[name]
@@ -180,7 +188,11 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 f.seek(start)
                 at = start
                 while at < end:
-                    block = bytearray(f.read(min(1 << 20, end - at)))
+                    if held is not None and at == held[0]:
+                        self.wfile.flush()
+                        held[1].wait()
+                    stop = held[0] if held is not None and at < held[0] else end
+                    block = bytearray(f.read(min(1 << 20, stop - at)))
                     if flip is not None and at <= flip < at + len(block):
                         block[flip - at] ^= 0xFF
                     self.wfile.write(block)

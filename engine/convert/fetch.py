@@ -21,6 +21,7 @@ import http.client
 import json
 import os
 import re
+import struct
 import time
 import urllib.error
 import urllib.parse
@@ -29,11 +30,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from engine.atomic import publish, write_bytes
 from engine.convert import sha256_state
 from engine.errors import ModelFileError, NetworkError, StorageError
+from engine.safetensors import MAX_HEADER_BYTES
 
 PIECE = 1 << 20                 # bytes read from the socket at once
 DURABLE_BYTES = 64 << 20        # progress is fsynced and recorded after this much
@@ -120,8 +121,9 @@ def linked_remote(url: str, linked: dict[str, str], size: int | None = None) -> 
     return Remote(url, size, etag if SHA256.match(etag) else None)
 
 
-class Arrival(Protocol):
-    """Told about one file while it arrives, for a reader that follows it (the import)."""
+class Arrival:
+    """Told about one file while it arrives, for a reader that follows it (the import); this
+    base class listens to nothing."""
 
     def started(self, attempt: str, durable: int) -> None:
         """NAME.part holds `durable` bytes of `attempt`; a new attempt means every byte read
@@ -174,6 +176,32 @@ def fetch(remote: Remote, dest: Path, log: Callable[[str], object] = print,
     _forget(dest)
     raise ModelFileError(f"{remote.url}: {problem}, twice in a row. The server sends something other than the "
                          "file it lists (a proxy or a WiFi login page in the way?); nothing was kept")
+
+
+def fetch_header(remote: Remote, dest: Path, log: Callable[[str], object] = print,
+                 headers: dict[str, str] | None = None) -> int:
+    """Make NAME.part (followed, see `fetch`) start with the safetensors header of the file:
+    its first 8 + n bytes, durable, so the file can be planned from before the rest comes.
+    Returns 8 + n."""
+    part_path = _part(Path(dest))
+    with open(part_path, "r+b" if part_path.exists() else "w+b") as f:
+        part = _PartFile(remote, Path(dest), f, log, Arrival())
+        have = part.open(restart=False)
+        want = 8
+        for _ in range(2):
+            if have < want:
+                _receive(remote, part, headers or {}, want)
+                part.header_bytes = f.tell()
+                part.record()
+                have = f.tell()
+            f.seek(0)
+            (n,) = struct.unpack("<Q", f.read(8))
+            f.seek(have)
+            if n > MAX_HEADER_BYTES or 8 + n > (remote.size or 0):
+                raise ModelFileError(f"{remote.url}: not a .safetensors file (its first bytes are no safetensors "
+                                     "header); the server sends something other than the file it lists")
+            want = 8 + n
+        return want
 
 
 def _check_whole(remote: Remote, dest: Path) -> Fetched | None:
@@ -257,6 +285,7 @@ class _PartFile:
         self.remote, self.dest, self.f, self.log, self.arrival = remote, dest, f, log, arrival
         self.digest = _Digest(remote)
         self.attempt = ""
+        self.header_bytes = 0               # the first bytes, fetched ahead (fetch_header)
         self.checked_before: dict = {}      # the record of a followed file an earlier run checked
 
     def open(self, restart: bool) -> int:
@@ -267,6 +296,7 @@ class _PartFile:
             self.start_over()
             return 0
         self.attempt = record.get("attempt") or uuid.uuid4().hex
+        self.header_bytes = min(durable, record.get("header_bytes") or 0)
         if record.get("checked") and self.arrival is not None and durable == self.remote.size:
             self.checked_before = record
             self.f.seek(durable)
@@ -284,13 +314,15 @@ class _PartFile:
         """Drop every byte: a new attempt, recorded before the old bytes go (so that a power
         cut never pairs stale bytes with a record that vouches for them)."""
         self.attempt = uuid.uuid4().hex
+        self.header_bytes = 0
         self.digest.reset()
         self.record(0)
         self.f.seek(0)
-        self.f.truncate(0)
-        self._presize()
-        if self.arrival is not None:
+        if self.arrival is None:
+            self.f.truncate(0)
+        else:       # overwritten in place: a reader's read under way never meets the end of the file
             self.arrival.started(self.attempt, 0)
+            self._presize()
 
     def _presize(self) -> None:
         if self.arrival is not None:
@@ -303,7 +335,8 @@ class _PartFile:
         os.fsync(self.f.fileno())
         remote = self.remote
         record = {"url": remote.url, "size": remote.size, "sha256": remote.sha256, "git_sha1": remote.git_sha1,
-                  "durable_bytes": durable, "attempt": self.attempt, "sha256_state": self.digest.state(), **extra}
+                  "durable_bytes": durable, "attempt": self.attempt, "header_bytes": self.header_bytes,
+                  "sha256_state": self.digest.state(), **extra}
         write_bytes(_progress(self.dest), json.dumps(record).encode(), durable=True)
         if self.arrival is not None and durable:
             self.arrival.durable(durable)
@@ -313,7 +346,7 @@ def _fetch_once(remote: Remote, dest: Path, log, headers: dict[str, str], retrie
                 arrival: Arrival | None, restart: bool) -> tuple[Fetched, str | None]:
     """Receive the file into NAME.part; returns it and what is wrong with it (None: nothing)."""
     part_path = _part(dest)
-    with open(part_path, "r+b" if part_path.exists() else "wb") as f:
+    with open(part_path, "r+b" if part_path.exists() else "w+b") as f:
         part = _PartFile(remote, dest, f, log, arrival)
         resumed_from = part.open(restart)
         earlier = part.checked_before
@@ -321,7 +354,7 @@ def _fetch_once(remote: Remote, dest: Path, log, headers: dict[str, str], retrie
             arrival.durable(resumed_from)
             arrival.checked(earlier.get("content_sha256"))
             return Fetched(dest, resumed_from, 0, resumed_from, earlier["checked"], earlier.get("content_sha256")), None
-        if resumed_from:
+        if resumed_from > part.header_bytes:
             log(f"{dest.name}: resuming at {resumed_from / 1e6:.1f} MB")
         failures = 0
         while True:
@@ -351,20 +384,21 @@ def _fetch_once(remote: Remote, dest: Path, log, headers: dict[str, str], retrie
     return got, problem
 
 
-def _receive(remote: Remote, part: _PartFile, headers: dict[str, str]) -> None:
-    """One GET from the end of what `part` holds to the end of the file."""
+def _receive(remote: Remote, part: _PartFile, headers: dict[str, str], end: int | None = None) -> None:
+    """One GET from the end of what `part` holds to byte `end` (None: the end of the file)."""
     f, dest = part.f, part.dest
     start = f.tell()
-    if remote.size is not None and start == remote.size:
+    if (remote.size is not None and start == remote.size) or (end is not None and start >= end):
         return
-    response, _ = open_url(remote.url, dict(headers, **({"Range": f"bytes={start}-"} if start else {})))
+    wanted = f"bytes={start}-{end - 1}" if end is not None else f"bytes={start}-" if start else None
+    response, _ = open_url(remote.url, dict(headers, **({"Range": wanted} if wanted else {})))
     with response:
         if start and (response.status != 206 or not _starts_at(response, start)):
             part.start_over()                       # the server sends the whole file
         since = 0
         try:
-            while True:
-                block = response.read(PIECE)
+            while end is None or f.tell() < end:
+                block = response.read(PIECE if end is None else min(PIECE, end - f.tell()))
                 if not block:
                     break
                 f.write(block)
@@ -379,8 +413,9 @@ def _receive(remote: Remote, part: _PartFile, headers: dict[str, str]) -> None:
                                    f"{dest.name}. Free some space and run the same command again: the download "
                                    "resumes") from None
             raise NetworkError(f"{remote.url}: the connection broke ({e or type(e).__name__})") from None
-    if remote.size is not None and f.tell() < remote.size:
-        raise NetworkError(f"{remote.url}: the connection closed after {f.tell()} of {remote.size} bytes")
+    want = end if end is not None else remote.size
+    if want is not None and f.tell() < want:
+        raise NetworkError(f"{remote.url}: the connection closed after {f.tell()} of {want} bytes")
 
 
 def _starts_at(response, start: int) -> bool:
