@@ -539,12 +539,14 @@ class _Placed:
             self.done, self.sha256 = set(), None
         self.f = open(self.path, "r+b")
         self.header_bytes = len(header)
+        self.dirty = False
 
     def write(self, i: int) -> int:
         name, src, quantize = self.out.tensors[i]
         self.f.seek(self.offsets[i])
         written = _write_tensor(self.f, None, name, src, quantize, self.out.patch)
         self.done.add(i)
+        self.dirty = True
         return written
 
     def forget(self, path: Path) -> list[int]:
@@ -555,8 +557,10 @@ class _Placed:
         return void
 
     def record(self) -> dict:
-        self.f.flush()
-        os.fsync(self.f.fileno())
+        if self.dirty:
+            self.f.flush()
+            os.fsync(self.f.fileno())
+            self.dirty = False
         if len(self.done) == len(self.sizes) and self.sha256 is None:
             self.sha256 = mf.sha256_file(self.path)     # read back once complete: it was written out of order
         return {"bytes": self.header_bytes + sum(self.sizes[i] for i in self.done), "done": sorted(self.done),

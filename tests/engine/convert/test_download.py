@@ -20,7 +20,7 @@ import pytest
 
 from engine.convert import download as download_module
 from engine.convert import fetch as fetch_module
-from engine.convert import holes
+from engine.convert import holes, sha256_state
 from engine.convert import importer as importer_module
 from engine.convert.download import download_folder, download_model
 from engine.convert.fetch import Remote, fetch
@@ -81,14 +81,14 @@ def same_weights(a, b) -> None:
         assert (a / weight_file(component)).read_bytes() == (b / weight_file(component)).read_bytes(), component
 
 
-STEP = 256 << 10        # the tiny model's files are 3-22 MB: progress made durable every 256 KB shows what happens
-AHEAD = 1 << 20
+STEP = 1 << 20          # the tiny model's files are 3-22 MB: progress made durable every MB shows what happens
+AHEAD = 2 << 20
 
 
 @pytest.fixture
 def small_steps(monkeypatch):
-    """Progress made durable (and downloaded bytes given back) every 256 KB instead of 64 MB, and the download
-    at most 1 MB ahead of the import, so that the tiny model shows the behaviour of a full-size one."""
+    """Progress made durable (and downloaded bytes given back) every MB instead of every 64 MB, and the download
+    at most 2 MB ahead of the import, so that the tiny model shows the behaviour of a full-size one."""
     monkeypatch.setattr(fetch_module, "DURABLE_BYTES", STEP)
     monkeypatch.setattr(importer_module, "DURABLE_BYTES", STEP)
     monkeypatch.setattr(download_module, "AHEAD_BYTES", AHEAD)
@@ -116,6 +116,12 @@ def converted(dest: Path) -> int:
     except (OSError, ValueError):
         return 0
     return sum(len(record.get("done", ())) for record in state["files"].values())
+
+
+def gives_back(folder: Path) -> None:
+    if not (holes.supported(folder) and sha256_state.available()):
+        pytest.skip(f"{folder}'s filesystem cannot punch holes, or libcrypto is missing: nothing is given back "
+                    "(test_where_nothing_can_be_given_back_the_import_still_follows covers that)")
 
 
 def durable(part: Path) -> int:
@@ -166,6 +172,7 @@ WHERE = {"acme/tiny-single/tiny_xl.safetensors": ("tiny_xl.safetensors", "acme/t
 def test_the_import_follows_the_download_and_gives_its_bytes_back(hub, reference, tmp_path, small_steps, spec):
     """The server holds the largest file at two thirds: by then tensors from it are converted and durable and
     the bytes they came from no longer take disk space; the disk peak is the model plus what is in flight."""
+    gives_back(tmp_path)
     name, repo, in_repo, path, kind = WHERE[spec]
     size = (hub.repos[repo] / in_repo).stat().st_size
     go = threading.Event()
@@ -201,6 +208,31 @@ def test_the_import_follows_the_download_and_gives_its_bytes_back(hub, reference
     assert report.peak_disk < report.bytes + report.imported.bytes_out - report.bytes // 4    # the old way's sum
 
 
+def test_where_nothing_can_be_given_back_the_import_still_follows(hub, reference, tmp_path, small_steps,
+                                                                  monkeypatch):
+    """A filesystem without hole punching (exFAT): converted while arriving, the download kept whole to the end."""
+    monkeypatch.setattr(download_module.holes, "supported", lambda folder: False)
+    file = hub.repos["acme/tiny-single"] / "tiny_xl.safetensors"
+    go = threading.Event()
+    hub.hold["tiny_xl.safetensors"] = (file.stat().st_size // 2, go)
+    dest = tmp_path / "tiny"
+    part = download_folder(dest) / "tiny_xl.safetensors.part"
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(report=download_model(
+        "acme/tiny-single/tiny_xl.safetensors", dest, tmp_path, log=quiet)))
+    thread.start()
+    try:
+        wait_until(lambda: converted(dest) > 0 and durable(part) > file.stat().st_size // 2 - STEP,
+                   "tensors converted while the server holds the file")
+        assert holes.disk_bytes(part) >= durable(part)
+    finally:
+        go.set()
+        thread.join()
+    report = result["report"]
+    same_weights(dest, reference / "single")
+    assert report.peak_disk >= report.bytes + report.imported.bytes_out
+
+
 CHILD = """
 import sys
 from engine.convert import download, fetch, importer
@@ -214,6 +246,7 @@ download.download_model(sys.argv[1], sys.argv[2], sys.argv[3], log=lambda line: 
 def test_a_download_killed_while_importing_resumes_to_the_same_model(hub, reference, tmp_path, small_steps, spec):
     """SIGKILL with tensors converted and downloaded bytes already given back: the next run continues the
     file's sha256 from its saved state, keeps the converted tensors, and makes the same model."""
+    gives_back(tmp_path)
     name, repo, in_repo, path, kind = WHERE[spec]
     size = (hub.repos[repo] / in_repo).stat().st_size
     go = threading.Event()
@@ -314,6 +347,25 @@ def test_after_a_power_cut_only_the_durable_bytes_are_kept(hub, tmp_path, tiny_s
     assert hub.downloads("tiny_xl.safetensors") == ["bytes=5000-"]
     assert dest.read_bytes() == data and got.resumed_from == 5000
     assert not (tmp_path / "x.safetensors.part").exists() and not (tmp_path / "x.safetensors.part.json").exists()
+
+
+def test_a_resumed_file_continues_its_sha256_from_the_saved_state(hub, tmp_path, tiny_single_file):
+    """The bytes before the durable point may be given back already (holes read as zeros): the check at the end
+    continues from the state saved with the record instead of hashing them again."""
+    if not sha256_state.available():
+        pytest.skip("libcrypto's SHA256_* are not available here")
+    data = tiny_single_file.sgm.read_bytes()
+    remote = Remote(f"{hub.plain_url}/files/tiny_xl.safetensors", len(data), fetch_module.hashlib.sha256(data).hexdigest())
+    prefix = sha256_state.Sha256()
+    prefix.update(data[:5000])
+    (tmp_path / "x.safetensors.part").write_bytes(b"\0" * 5000)
+    (tmp_path / "x.safetensors.part.json").write_text(json.dumps(
+        {"url": remote.url, "size": remote.size, "sha256": remote.sha256, "git_sha1": None, "durable_bytes": 5000,
+         "attempt": "a", "sha256_state": prefix.state().hex()}))
+    got = fetch(remote, tmp_path / "x.safetensors", log=quiet)
+    assert hub.downloads("tiny_xl.safetensors") == ["bytes=5000-"]
+    assert got.checked == "sha256" and got.sha256 == remote.sha256
+    assert (tmp_path / "x.safetensors").read_bytes()[5000:] == data[5000:]
 
 
 def test_a_part_of_another_revision_is_not_resumed(hub, tmp_path, tiny_single_file):
