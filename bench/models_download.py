@@ -4,11 +4,13 @@
 Serves bench/models_import.py's random model with exactly sd_xl_base_1.0.safetensors' tensors
 (6.94 GB, fp16) as a file in a hub-shaped repository from tests/hub_server.py on localhost, then
 downloads and imports it in a fresh subprocess per precision (the download checked against the
-tree API's sha256), and reports seconds, the subprocess's peak RSS (VmHWM) and the disk peak:
-the most the download folder and the model folder held at once, sampled every 0.2 s. The network
-is localhost, so the seconds are the frame's CPU and disk work, not a WiFi download. Big files go
-to ${SLOWFRAME_BENCH_CACHE:-~/.cache/slowframe-bench}/models-import/ (shared with
-bench/models_import.py) and are deleted at the end unless --keep. Needs ~21 GB free. Run:
+tree API's sha256), imported as it arrives, and reports seconds, the subprocess's peak RSS (VmHWM)
+and the disk peak two ways: the most the download folder and the model folder held at once (their
+files' allocated blocks, holes excluded) sampled here every 0.2 s, and the report's own figure,
+summed at every fsync of the download or the import. The network is localhost, so the download
+outruns the import and waits for it (AHEAD_BYTES): the seconds are the frame's CPU and disk work,
+not a WiFi download. Big files go to ${SLOWFRAME_BENCH_CACHE:-~/.cache/slowframe-bench}/models-import/
+(shared with bench/models_import.py) and are deleted at the end unless --keep. Needs ~14 GB free. Run:
 
     nice -n 10 python bench/models_download.py --precisions uint8
 
@@ -23,7 +25,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's engine, if not installed
@@ -33,6 +34,7 @@ from harness import REPO  # noqa: E402  (bench/, the script's own folder)
 from models_import import CACHE, write_single_file  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests"))
+from disk_sampler import DiskSampler  # noqa: E402
 from hub_server import HubServer  # noqa: E402
 
 CHILD = """
@@ -45,37 +47,6 @@ report = download_model(sys.argv[1], sys.argv[2], sys.argv[3], precision=sys.arg
 print(json.dumps({"seconds": time.monotonic() - started, "peak_rss": peak_rss_bytes(), "bytes": report.bytes,
                   "bytes_out": report.imported.bytes_out, "checked": report.checked, "peak_disk": report.peak_disk}))
 """
-
-
-def used_bytes(folders: list[Path]) -> int:
-    """Blocks allocated under the folders (what the card would hold)."""
-    total = 0
-    for folder in folders:
-        for dirpath, _, files in os.walk(folder):
-            for name in files:
-                try:
-                    total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-                except FileNotFoundError:
-                    pass
-    return total
-
-
-class DiskPeak:
-    def __init__(self, folders: list[Path]):
-        self.folders, self.peak, self._stop = folders, 0, threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            self.peak = max(self.peak, used_bytes(self.folders))
-
-    def __enter__(self) -> "DiskPeak":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def main() -> None:
@@ -100,7 +71,7 @@ def main() -> None:
                 shutil.rmtree(work, ignore_errors=True)
                 (work / "models").mkdir(parents=True)
                 print(f"downloading and importing as {precision} ...", flush=True)
-                with DiskPeak([work]) as disk:
+                with DiskSampler([work], every=0.2) as disk:
                     proc = subprocess.run(
                         [sys.executable, "-c", CHILD, "bench/sdxl-random/sd_xl_base_1.0.safetensors",
                          str(work / "models" / "sdxl"), str(work / "models"), precision, str(work / "downloads")],

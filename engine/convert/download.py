@@ -132,24 +132,12 @@ class _DiskPeak:
         self._peaks = [0, 0, 0]          # download, model, both
 
     def sample(self) -> None:
-        held = [_blocks([self.download]), _blocks(self.model)]
+        held = [holes.disk_bytes_under([self.download]), holes.disk_bytes_under(self.model)]
         with self._lock:
             self._peaks = [max(a, b) for a, b in zip(self._peaks, held + [sum(held)])]
 
     def peak(self) -> int:
         return self._peaks[2] if self.together else max(self._peaks[:2])
-
-
-def _blocks(folders: list[Path]) -> int:
-    total = 0
-    for folder in folders:
-        for dirpath, _, files in os.walk(folder):
-            for name in files:
-                try:
-                    total += holes.disk_bytes(Path(dirpath) / name)
-                except FileNotFoundError:
-                    pass                    # replaced meanwhile (an atomic write)
-    return total
 
 
 class _Stopped(BaseException):
@@ -191,7 +179,6 @@ class _Followed(Arrival):
             start = max(self.given_back, self.header_end)     # the header stays: a resumed import plans from it
             fd = os.open(self.part, os.O_WRONLY)
             try:
-                os.fsync(fd)
                 holes.punch(fd, start, end - start)
             finally:
                 os.close(fd)

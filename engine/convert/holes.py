@@ -54,3 +54,18 @@ def supported(folder: Path) -> bool:
 def disk_bytes(path: Path) -> int:
     """What a file really occupies (its allocated blocks), holes excluded."""
     return os.stat(path).st_blocks * 512
+
+
+def disk_bytes_under(folders: list[Path]) -> int:
+    """What the files under `folders` really occupy, each file once (a file renamed from one
+    folder to another while they are walked is counted once)."""
+    held: dict[tuple[int, int], int] = {}
+    for folder in folders:
+        for dirpath, _, files in os.walk(folder):
+            for name in files:
+                try:
+                    st = os.stat(os.path.join(dirpath, name))
+                except FileNotFoundError:
+                    continue                # replaced meanwhile (an atomic write)
+                held[st.st_dev, st.st_ino] = st.st_blocks * 512
+    return sum(held.values())

@@ -6,7 +6,6 @@ bytes back as the import takes them in. Nothing here reaches the internet."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import struct
@@ -30,6 +29,7 @@ from engine.errors import EngineError, ModelFileError, NetworkError, StorageErro
 from engine.safetensors import read_header
 from frame.cli import main
 from hub_server import HubServer
+from disk_sampler import DiskSampler
 from small_disk import small_disk
 
 UNET_FP16 = "diffusion_pytorch_model.fp16.safetensors"
@@ -130,36 +130,6 @@ def durable(part: Path) -> int:
         return json.loads(part.with_name(part.name + ".json").read_text())["durable_bytes"]
     except (OSError, ValueError):
         return 0
-
-
-class DiskSampler:
-    """An outside view of the disk peak: the blocks under some folders, summed as often as possible."""
-
-    def __init__(self, folders: list[Path]):
-        self.folders, self.peak, self._stop = folders, 0, threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            held = {}       # by inode: a file renamed while the folders are walked is counted once
-            for folder in self.folders:
-                for dirpath, _, files in os.walk(folder):
-                    for name in files:
-                        try:
-                            st = os.stat(Path(dirpath) / name)
-                        except FileNotFoundError:
-                            continue
-                        held[st.st_ino] = st.st_blocks * 512
-            self.peak = max(self.peak, sum(held.values()))
-            time.sleep(0.002)
-
-    def __enter__(self) -> "DiskSampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 # spec -> the largest file: its name, its repository and path there, its path in the download folder; the reference
