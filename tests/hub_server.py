@@ -7,7 +7,8 @@ sizes, git blob ids and LFS sha256s; /ORG/NAME/resolve/REV/PATH, where .safetens
 /files/NAME for plain links (at `plain_url`, a host name other than the hub's). Range requests are answered with 206. Faults to inject:
 `cut` (close the connection after N bytes of a file, once), `corrupt` (flip the middle byte
 of a file in its next N downloads that include it), `hold` (stop before byte N of a file until
-an event is set, once: a slow network, seen from the client) and `ignore_range`. Every request
+an event is set, once: a slow network, seen from the client) and `ignore_range`; `rate` paces
+every download (bench/models_download.py's stand-in for WiFi). Every request
 is logged in `requests`.
 """
 
@@ -17,6 +18,7 @@ import functools
 import hashlib
 import json
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,6 +35,7 @@ class HubServer:
         self.corrupt: dict[str, int] = {}    # name in the URL -> downloads still to corrupt
         self.hold: dict[str, tuple[int, threading.Event]] = {}   # name in the URL -> (byte to stop before, go on)
         self.ignore_range = False
+        self.rate: float | None = None       # bytes per second each download is paced to (None: as fast as it goes)
         self.storage: str | None = None      # the host LFS files redirect to (None: this one)
         self.requests: list[tuple[str, str | None]] = []   # (path, Range header)
         self.authorized: list[str] = []                    # paths asked for with an Authorization header
@@ -184,10 +187,13 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 del hub.cut[name]
                 end = start + cut
                 self.close_connection = True
+            began = time.monotonic()
             with open(file, "rb") as f:
                 f.seek(start)
                 at = start
                 while at < end:
+                    if hub.rate:
+                        time.sleep(max(0.0, began + (at - start) / hub.rate - time.monotonic()))
                     if held is not None and at == held[0]:
                         self.wfile.flush()
                         held[1].wait()
