@@ -155,13 +155,14 @@ class _Followed(Arrival):
         self.attempt: str | None = None
         self.durable_bytes = 0
         self.sha256: str | None = None       # set once the whole file passed its checks
-        self.consumed_to = 0                 # the import needs no byte before this (of self.attempt)
+        self.consumed: tuple[str, int] | None = None   # (attempt, end): the import needs no byte of it before end
         self.given_back = 0                  # holes punched up to here
 
     def started(self, attempt: str, durable: int) -> None:
         with self.arrivals.cond:
             self.attempt, self.durable_bytes, self.sha256 = attempt, durable, None
-            self.consumed_to = self.given_back = 0
+            self.given_back = 0
+            self.give_back()        # what the import, resumed, already said it is done with
             self.arrivals.cond.notify_all()
 
     def durable(self, n: int) -> None:
@@ -174,7 +175,9 @@ class _Followed(Arrival):
 
     def give_back(self) -> None:
         """Punch out the bytes the import is done with (called with the lock held)."""
-        end = min(self.consumed_to, self.durable_bytes)
+        if self.consumed is None or self.consumed[0] != self.attempt:
+            return
+        end = min(self.consumed[1], self.durable_bytes)
         if self.arrivals.give_back and end > max(self.given_back, self.header_end):
             start = max(self.given_back, self.header_end)     # the header stays: a resumed import plans from it
             fd = os.open(self.part, os.O_WRONLY)
@@ -307,8 +310,8 @@ class _Arrivals:
         self.disk.sample()
         with self.cond:
             f = self.by_part[path]
-            if f.attempt == attempt and end > f.consumed_to:
-                f.consumed_to = end
+            if f.consumed is None or f.consumed[0] != attempt or end > f.consumed[1]:
+                f.consumed = (attempt, end)
                 f.give_back()
                 self.cond.notify_all()
 
