@@ -11,8 +11,9 @@ summed at every fsync of the download or the import. The network is localhost, s
 outruns the import and waits for it (AHEAD_BYTES): the seconds are the frame's CPU and disk work,
 not a WiFi download. With --rate the server paces every download to that many MB/s (a stand-in
 for WiFi) and `models import` of the same file is timed alone too, in the same run: download and
-import as it arrives against the two one after the other. Big files go to ${SLOWFRAME_BENCH_CACHE:-~/.cache/slowframe-bench}/models-import/
-(shared with bench/models_import.py) and are deleted at the end unless --keep. Needs ~14 GB free. Run:
+import as it arrives against the two one after the other. Big files go to
+${SLOWFRAME_BENCH_CACHE:-~/.cache/slowframe-bench}/models-import/ (shared with bench/models_import.py)
+and are deleted at the end unless --keep. Needs ~14 GB free. Run:
 
     nice -n 10 python bench/models_download.py --precisions uint8 [--rate 40]
 

@@ -6,7 +6,7 @@ sizes, git blob ids and LFS sha256s; /ORG/NAME/resolve/REV/PATH, where .safetens
 (LFS) redirect to /cdn/... with X-Linked-Size and X-Linked-Etag as the hub does; and
 /files/NAME for plain links (at `plain_url`, a host name other than the hub's). Range requests are answered with 206. Faults to inject:
 `cut` (close the connection after N bytes of a file, once), `corrupt` (flip the middle byte
-of a file in its next N downloads that include it), `hold` (stop before byte N of a file until
+of a file in its next N downloads that include it), `poison` (one byte of a file replaced, once), `hold` (stop before byte N of a file until
 an event is set, once: a slow network, seen from the client) and `ignore_range`; `rate` paces
 every download (bench/models_download.py's stand-in for WiFi). Every request
 is logged in `requests`.
@@ -34,6 +34,7 @@ class HubServer:
                                              # download to the end of the file)
         self.corrupt: dict[str, int] = {}    # name in the URL -> downloads still to corrupt
         self.hold: dict[str, tuple[int, threading.Event]] = {}   # name in the URL -> (byte to stop before, go on)
+        self.poison: dict[str, tuple[int, int]] = {}             # name in the URL -> (offset, byte sent there once)
         self.ignore_range = False
         self.rate: float | None = None       # bytes per second each download is paced to (None: as fast as it goes)
         self.storage: str | None = None      # the host LFS files redirect to (None: this one)
@@ -177,6 +178,11 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             if hub.corrupt.get(name, 0) > 0 and start <= size // 2 < end:
                 hub.corrupt[name] -= 1
                 flip = size // 2
+            poison = hub.poison.get(name)
+            if poison is not None and start <= poison[0] < end:
+                del hub.poison[name]
+            else:
+                poison = None
             held = hub.hold.get(name)
             if held is not None and start < held[0] < end:
                 del hub.hold[name]
@@ -201,6 +207,8 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                     block = bytearray(f.read(min(1 << 20, stop - at)))
                     if flip is not None and at <= flip < at + len(block):
                         block[flip - at] ^= 0xFF
+                    if poison is not None and at <= poison[0] < at + len(block):
+                        block[poison[0] - at] = poison[1]
                     self.wfile.write(block)
                     at += len(block)
 

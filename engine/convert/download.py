@@ -293,6 +293,12 @@ class _Arrivals:
         idle()
         self._wait_for(lambda: all(f.sha256 is not None for f in self.files), lambda: None)
 
+    def settle(self, path: Path, attempt: str, idle: Callable[[], None]) -> bool:
+        self._start()
+        f = self.by_part[path]
+        idle()
+        return self._wait_for(lambda: f.attempt != attempt or f.sha256 is not None, lambda: f.attempt == attempt)
+
     def _wait_for(self, ready: Callable[[], bool], value: Callable[[], object]):
         with self.cond:
             self.import_waiting = True

@@ -118,6 +118,10 @@ class Arriving(Protocol):
     def finished(self, idle: Callable[[], None]) -> None:
         """Block until every file arrived whole and passed its checks."""
 
+    def settle(self, path: Path, attempt: str, idle: Callable[[], None]) -> bool:
+        """Block until `attempt` of the file passed its checks (True) or was voided by a new
+        attempt (False)."""
+
     def record(self, path: Path) -> dict | None:
         """{"path", "bytes", "sha256"} of an arrived file for the manifest; None for a file
         that was whole before."""
@@ -623,8 +627,15 @@ def _write_arriving(outputs: list[_Output], root: Path, state: _State, counter: 
                 redo(info.path)
                 attempts[str(info.path)] = attempt
                 continue
+            try:
+                written = p.write(i)
+            except ModelFileError:
+                # bytes damaged on the way look like a damaged model (NaN, overflow): the file's own check
+                # at its end decides which it is
+                if arriving.settle(info.path, attempt, flush):
+                    raise
+                continue
             todo.pop()
-            written = p.write(i)
             counter.add(written)
             since += written
             if since >= DURABLE_BYTES:

@@ -241,6 +241,19 @@ def test_a_download_killed_while_importing_resumes_to_the_same_model(hub, refere
     assert not [line for line in lines if "again" in line], lines      # nothing fetched or converted twice
 
 
+def test_bytes_damaged_on_the_way_are_not_taken_for_a_damaged_model(hub, reference, tmp_path, small_steps):
+    """A byte turned into an fp16 infinity in transit makes a tensor look like a broken model's; the file's sha256
+    at its end tells the transfer was at fault: the file is fetched again and the tensor converted again."""
+    file = hub.repos["acme/tiny-xl"] / "unet" / UNET_FP16
+    tensor = min((t for t in read_header(file).values() if t.dtype == "F16" and t.offset > file.stat().st_size // 2),
+                 key=lambda t: t.offset)
+    hub.poison[UNET_FP16] = (tensor.offset + 1, 0x7C)      # its first value's high byte: exponent all ones
+    lines = []
+    download_model("acme/tiny-xl", tmp_path / "tiny", tmp_path, log=lines.append)
+    assert any(UNET_FP16 in line and "sha256" in line and "fetching it again" in line for line in lines), lines
+    same_weights(tmp_path / "tiny", reference / "diffusers")
+
+
 def test_a_file_that_fails_its_check_voids_what_was_converted_from_it(hub, reference, tmp_path, small_steps):
     hub.corrupt[UNET_FP16] = 1
     lines = []
@@ -325,7 +338,8 @@ def test_a_resumed_file_continues_its_sha256_from_the_saved_state(hub, tmp_path,
     if not sha256_state.available():
         pytest.skip("libcrypto's SHA256_* are not available here")
     data = tiny_single_file.sgm.read_bytes()
-    remote = Remote(f"{hub.plain_url}/files/tiny_xl.safetensors", len(data), fetch_module.hashlib.sha256(data).hexdigest())
+    remote = Remote(f"{hub.plain_url}/files/tiny_xl.safetensors", len(data),
+                    fetch_module.hashlib.sha256(data).hexdigest())
     prefix = sha256_state.Sha256()
     prefix.update(data[:5000])
     (tmp_path / "x.safetensors.part").write_bytes(b"\0" * 5000)
