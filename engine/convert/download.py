@@ -152,6 +152,7 @@ class _Followed(Arrival):
         self.final = arrivals.folder / path
         self.part = self.final.with_name(self.final.name + PART)
         self.header_end = 0
+        self.header_received = 0             # of the header, the bytes that came in this run
         self.attempt: str | None = None
         self.durable_bytes = 0
         self.sha256: str | None = None       # set once the whole file passed its checks
@@ -210,7 +211,7 @@ class _Arrivals:
 
     def run(self, do_import: Callable[[], ImportReport]) -> ImportReport:
         for f in self.files:
-            f.header_end = fetch_header(f.remote, f.final, self.log, auth_headers(f.remote.url))
+            f.header_end, f.header_received = fetch_header(f.remote, f.final, self.log, auth_headers(f.remote.url))
         self.log(f"importing while the {self.total / 1e9:.2f} GB of weights arrive"
                  + ("; their bytes are given back to the card as the import takes them in" if self.give_back else ""))
         try:
@@ -236,6 +237,8 @@ class _Arrivals:
         try:
             for f in self.files:
                 got = fetch(f.remote, f.final, self.log, auth_headers(f.remote.url), self.retries, self.sleep, f)
+                got.received += f.header_received       # the header came in this run too, not in an earlier one
+                got.resumed_from = max(0, got.resumed_from - f.header_received)
                 self.tally.add(f.path, got, self.log)
         except _Stopped:
             pass

@@ -179,14 +179,15 @@ def fetch(remote: Remote, dest: Path, log: Callable[[str], object] = print,
 
 
 def fetch_header(remote: Remote, dest: Path, log: Callable[[str], object] = print,
-                 headers: dict[str, str] | None = None) -> int:
+                 headers: dict[str, str] | None = None) -> tuple[int, int]:
     """Make NAME.part (followed, see `fetch`) start with the safetensors header of the file:
     its first 8 + n bytes, durable, so the file can be planned from before the rest comes.
-    Returns 8 + n."""
+    Returns 8 + n and how many bytes came over the network for it."""
     part_path = _part(Path(dest))
     with open(part_path, "r+b" if part_path.exists() else "w+b") as f:
         part = _PartFile(remote, Path(dest), f, log, Arrival())
         have = part.open(restart=False)
+        earlier, attempt = have, part.attempt
         want = 8
         for _ in range(2):
             if have < want:
@@ -201,7 +202,7 @@ def fetch_header(remote: Remote, dest: Path, log: Callable[[str], object] = prin
                 raise ModelFileError(f"{remote.url}: not a .safetensors file (its first bytes are no safetensors "
                                      "header); the server sends something other than the file it lists")
             want = 8 + n
-        return want
+        return want, have - earlier if part.attempt == attempt else have
 
 
 def _check_whole(remote: Remote, dest: Path) -> Fetched | None:

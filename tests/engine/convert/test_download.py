@@ -270,6 +270,13 @@ def test_a_diffusers_repository_downloads_and_imports_as_models_import_does(hub,
     assert report.dest == dest
     same_weights(dest, reference / "diffusers")
     assert not download_folder(dest).exists()
+    repo = hub.repos["acme/tiny-xl"]
+    weights = sum((repo / path).stat().st_size for path in (
+        f"unet/{UNET_FP16}", "vae/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors",
+        "text_encoder_2/model.safetensors"))
+    # none of the weights counted as kept from an earlier run (their headers, fetched ahead, came in this one);
+    # the small files the listing fetched are, as before
+    assert report.resumed <= report.bytes - weights
     assert report.checked == {"sha256": 4, "git sha1": report.files - 4}
     assert report.imported.bytes_out <= report.peak_disk <= report.bytes + report.imported.bytes_out + (1 << 20)
     fetched = {path.rpartition("/")[2] for path, _ in hub.requests if not path.startswith("/api/")}
