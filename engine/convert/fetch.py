@@ -8,9 +8,13 @@ of 1 MB reads, which fits the Pi's 512 MB with room to spare; the hub's own clie
 On disk, beside the final name NAME:
 - NAME.part: the bytes received so far;
 - NAME.part.json: how many of them are durable (fsynced), and what the whole file should be
-  (URL, size, sha256). A power cut loses at most DURABLE_BYTES; the next run truncates
-  NAME.part to the durable length and asks the server for the rest (Range: bytes=N-).
-NAME appears (renamed from NAME.part) only after its size and sha256 were checked.
+  (URL, size, sha256), with the sha256's running state at that point (sha256_state.py) and an
+  attempt id, new whenever NAME.part starts over from its first byte. A power cut loses at
+  most DURABLE_BYTES; the next run truncates NAME.part to the durable length, continues the
+  sha256 from the saved state (without reading the bytes before: they may be given back
+  already, see download.py) and asks the server for the rest (Range: bytes=N-).
+NAME appears (renamed from NAME.part) only after its size and sha256 were checked. A file
+followed as it arrives (`arrival`) stays NAME.part, its record saying it was checked.
 """
 
 from __future__ import annotations
