@@ -5,7 +5,7 @@ It serves model folders as repositories the way the hub does: the tree API
 sizes, git blob ids and LFS sha256s; /ORG/NAME/resolve/REV/PATH, where .safetensors files
 (LFS) redirect to /cdn/... with X-Linked-Size and X-Linked-Etag as the hub does; and
 /files/NAME for plain links (at `plain_url`, a host name other than the hub's). Range requests are answered with 206. Faults to inject:
-`cut` (close the connection after N bytes of a file, once), `corrupt` (flip the middle byte
+`cut` (close the connection after N bytes of a file, once; a list: once each, in turn), `corrupt` (flip the middle byte
 of a file in its next N downloads that include it), `poison` (one byte of a file replaced, once), `hold` (stop before byte N of a file until
 an event is set, once: a slow network, seen from the client) and `ignore_range`; `rate` paces
 every download (bench/models_download.py's stand-in for WiFi). Every request
@@ -30,7 +30,7 @@ class HubServer:
     def __init__(self) -> None:
         self.repos: dict[str, Path] = {}
         self.files: dict[str, Path] = {}
-        self.cut: dict[str, int] = {}        # name in the URL -> bytes sent before the connection drops (once, on a
+        self.cut: dict[str, int | list[int]] = {}        # name in the URL -> bytes sent before the connection drops (once, on a
                                              # download to the end of the file)
         self.corrupt: dict[str, int] = {}    # name in the URL -> downloads still to corrupt
         self.hold: dict[str, tuple[int, threading.Event]] = {}   # name in the URL -> (byte to stop before, go on)
@@ -189,8 +189,13 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             else:
                 held = None
             cut = hub.cut.get(name) if not wanted or wanted.endswith("-") else None
+            if isinstance(cut, list):
+                cut = cut[0] if cut else None
             if cut is not None and cut < end - start:
-                del hub.cut[name]
+                if isinstance(hub.cut[name], list) and len(hub.cut[name]) > 1:
+                    hub.cut[name].pop(0)
+                else:
+                    del hub.cut[name]
                 end = start + cut
                 self.close_connection = True
             began = time.monotonic()

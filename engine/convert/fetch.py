@@ -361,16 +361,19 @@ def _fetch_once(remote: Remote, dest: Path, log, headers: dict[str, str], retrie
             return Fetched(dest, resumed_from, 0, resumed_from, earlier["checked"], earlier.get("content_sha256")), None
         if resumed_from > part.header_bytes:
             log(f"{dest.name}: resuming at {resumed_from / 1e6:.1f} MB")
-        failures = 0
+        failures, at_failure = 0, -1
         while True:
             try:
                 _receive(remote, part, headers)
                 break
             except NetworkError:
                 part.record()
-                failures += 1
+                # failures in a row without progress: a long file over a flaky link, or one that waited for the
+                # import to catch up (an idle connection the server closed), may be cut many times
+                failures = failures + 1 if f.tell() == at_failure else 1
+                at_failure = f.tell()
                 if failures > retries:
-                    raise NetworkError(f"{remote.url}: the connection failed {failures} times; the "
+                    raise NetworkError(f"{remote.url}: the connection failed {failures} times in a row; the "
                                        f"{f.tell() / 1e6:.1f} MB received are kept: run the same command again "
                                        "to resume") from None
                 wait = min(60.0, 2.0 ** failures)

@@ -325,6 +325,20 @@ def test_a_dropped_connection_is_resumed_within_the_run(hub, reference, tmp_path
     same_weights(tmp_path / "tiny", reference / "single")
 
 
+def test_a_connection_cut_again_and_again_goes_on_while_bytes_come(hub, tmp_path, tiny_single_file):
+    """Only failures in a row without progress count against the retries (a long download over a flaky link)."""
+    data = tiny_single_file.sgm.read_bytes()
+    remote = Remote(f"{hub.plain_url}/files/tiny_xl.safetensors", len(data),
+                    fetch_module.hashlib.sha256(data).hexdigest())
+    hub.cut["tiny_xl.safetensors"] = [1000, 1000, 1000]
+    fetch(remote, tmp_path / "x.safetensors", log=quiet, retries=1, sleep=no_sleep)
+    assert hub.downloads("tiny_xl.safetensors") == [None, "bytes=1000-", "bytes=2000-", "bytes=3000-"]
+    assert (tmp_path / "x.safetensors").read_bytes() == data
+    hub.cut["tiny_xl.safetensors"] = [0, 0]
+    with pytest.raises(NetworkError, match="failed 2 times in a row"):
+        fetch(remote, tmp_path / "y.safetensors", log=quiet, retries=1, sleep=no_sleep)
+
+
 def test_after_a_power_cut_only_the_durable_bytes_are_kept(hub, tmp_path, tiny_single_file):
     """Bytes past the last fsync may be garbage after a power cut: the progress record decides."""
     data = tiny_single_file.sgm.read_bytes()
