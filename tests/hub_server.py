@@ -5,8 +5,11 @@ It serves model folders as repositories the way the hub does: the tree API
 sizes, git blob ids and LFS sha256s; /ORG/NAME/resolve/REV/PATH, where .safetensors files
 (LFS) redirect to /cdn/... with X-Linked-Size and X-Linked-Etag as the hub does; and
 /files/NAME for plain links (at `plain_url`, a host name other than the hub's). Range requests are answered with 206. Faults to inject:
-`cut` (close the connection after N bytes of a file, once), `corrupt` (flip a byte of a
-file for its next N downloads) and `ignore_range`. Every request is logged in `requests`.
+`cut` (close the connection after N bytes of a file, once; a list: once each, in turn), `corrupt` (flip the middle byte
+of a file in its next N downloads that include it), `poison` (one byte of a file replaced, once), `hold` (stop before byte N of a file until
+an event is set, once: a slow network, seen from the client) and `ignore_range`; `rate` paces
+every download (bench/models_download.py's stand-in for WiFi). Every request
+is logged in `requests`.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import functools
 import hashlib
 import json
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,10 +30,13 @@ class HubServer:
     def __init__(self) -> None:
         self.repos: dict[str, Path] = {}
         self.files: dict[str, Path] = {}
-        self.cut: dict[str, int] = {}        # name in the URL -> bytes sent before the connection drops (once, on a
+        self.cut: dict[str, int | list[int]] = {}        # name in the URL -> bytes sent before the connection drops (once, on a
                                              # download to the end of the file)
         self.corrupt: dict[str, int] = {}    # name in the URL -> downloads still to corrupt
+        self.hold: dict[str, tuple[int, threading.Event]] = {}   # name in the URL -> (byte to stop before, go on)
+        self.poison: dict[str, tuple[int, int]] = {}             # name in the URL -> (offset, byte sent there once)
         self.ignore_range = False
+        self.rate: float | None = None       # bytes per second each download is paced to (None: as fast as it goes)
         self.storage: str | None = None      # the host LFS files redirect to (None: this one)
         self.requests: list[tuple[str, str | None]] = []   # (path, Range header)
         self.authorized: list[str] = []                    # paths asked for with an Authorization header
@@ -156,10 +163,6 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             if not file.is_file():
                 return self._status(404)
             size = file.stat().st_size
-            flip = None
-            if hub.corrupt.get(name, 0) > 0:
-                hub.corrupt[name] -= 1
-                flip = size // 2
             start, end = 0, size
             wanted = self.headers.get("Range")
             if wanted and not hub.ignore_range:
@@ -171,18 +174,46 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 self.send_response(200)
             self.send_header("Content-Length", str(end - start))
             self.end_headers()
+            flip = None
+            if hub.corrupt.get(name, 0) > 0 and start <= size // 2 < end:
+                hub.corrupt[name] -= 1
+                flip = size // 2
+            poison = hub.poison.get(name)
+            if poison is not None and start <= poison[0] < end:
+                del hub.poison[name]
+            else:
+                poison = None
+            held = hub.hold.get(name)
+            if held is not None and start < held[0] < end:
+                del hub.hold[name]
+            else:
+                held = None
             cut = hub.cut.get(name) if not wanted or wanted.endswith("-") else None
+            if isinstance(cut, list):
+                cut = cut[0] if cut else None
             if cut is not None and cut < end - start:
-                del hub.cut[name]
+                if isinstance(hub.cut[name], list) and len(hub.cut[name]) > 1:
+                    hub.cut[name].pop(0)
+                else:
+                    del hub.cut[name]
                 end = start + cut
                 self.close_connection = True
+            began = time.monotonic()
             with open(file, "rb") as f:
                 f.seek(start)
                 at = start
                 while at < end:
-                    block = bytearray(f.read(min(1 << 20, end - at)))
+                    if hub.rate:
+                        time.sleep(max(0.0, began + (at - start) / hub.rate - time.monotonic()))
+                    if held is not None and at == held[0]:
+                        self.wfile.flush()
+                        held[1].wait()
+                    stop = held[0] if held is not None and at < held[0] else end
+                    block = bytearray(f.read(min(1 << 20, stop - at)))
                     if flip is not None and at <= flip < at + len(block):
                         block[flip - at] ^= 0xFF
+                    if poison is not None and at <= poison[0] < at + len(block):
+                        block[poison[0] - at] = poison[1]
                     self.wfile.write(block)
                     at += len(block)
 

@@ -11,6 +11,7 @@ query/key/value/proj_attn (sometimes stored as 1x1 convolution kernels).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.convert import sgm_keys
@@ -29,8 +30,11 @@ COPIED = ("tokenizer", "tokenizer_2", "scheduler")
 OLD_VAE_ATTENTION = {"query": "to_q", "key": "to_k", "value": "to_v", "proj_attn": "to_out.0"}
 
 
-def open_diffusers(root: Path) -> ModelSource:
-    """Read a diffusers folder's configs and weight headers; nothing else is read."""
+def open_diffusers(root: Path, find: Callable[[Path, str], list[Path]] = find_weight_files) -> ModelSource:
+    """Read a diffusers folder's configs and weight headers; nothing else is read.
+
+    `find(folder, stem)` names a component's weight files (a download names them while they
+    still arrive under other names)."""
     index_path = root / "model_index.json"
     if not index_path.is_file():
         if (root / "config.json").is_file():
@@ -55,7 +59,7 @@ def open_diffusers(root: Path) -> ModelSource:
     source = ModelSource("diffusers", root, {}, index_files=[index_path])
     try:
         for component in ("text_encoder", "text_encoder_2", "unet", "vae"):
-            source.components[component] = _open_component(root / component, component, source)
+            source.components[component] = _open_component(root / component, component, source, find)
         for name in COPIED:
             if (root / name).is_dir():
                 source.copied[name] = root / name
@@ -99,9 +103,10 @@ def open_vae(path: Path, source: ModelSource) -> ComponentSource:
     return map_component("vae", config, store, path, prefix)
 
 
-def _open_component(folder: Path, component: str, source: ModelSource) -> ComponentSource:
+def _open_component(folder: Path, component: str, source: ModelSource,
+                    find: Callable[[Path, str], list[Path]] = find_weight_files) -> ComponentSource:
     config = read_config(folder)
-    files = find_weight_files(folder, STEMS[component])
+    files = find(folder, STEMS[component])
     for path in files:
         check_unique_names(path)
     store = TensorStore(files)

@@ -8,9 +8,13 @@ of 1 MB reads, which fits the Pi's 512 MB with room to spare; the hub's own clie
 On disk, beside the final name NAME:
 - NAME.part: the bytes received so far;
 - NAME.part.json: how many of them are durable (fsynced), and what the whole file should be
-  (URL, size, sha256). A power cut loses at most DURABLE_BYTES; the next run truncates
-  NAME.part to the durable length and asks the server for the rest (Range: bytes=N-).
-NAME appears (renamed from NAME.part) only after its size and sha256 were checked.
+  (URL, size, sha256), with the sha256's running state at that point (sha256_state.py) and an
+  attempt id, new whenever NAME.part starts over from its first byte. A power cut loses at
+  most DURABLE_BYTES; the next run truncates NAME.part to the durable length, continues the
+  sha256 from the saved state (without reading the bytes before: they may be given back
+  already, see download.py) and asks the server for the rest (Range: bytes=N-).
+NAME appears (renamed from NAME.part) only after its size and sha256 were checked. A file
+followed as it arrives (`arrival`) stays NAME.part, its record saying it was checked.
 """
 
 from __future__ import annotations
@@ -21,16 +25,20 @@ import http.client
 import json
 import os
 import re
+import struct
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.atomic import publish, write_bytes
+from engine.convert import sha256_state
 from engine.errors import ModelFileError, NetworkError, StorageError
+from engine.safetensors import MAX_HEADER_BYTES
 
 PIECE = 1 << 20                 # bytes read from the socket at once
 DURABLE_BYTES = 64 << 20        # progress is fsynced and recorded after this much
@@ -59,6 +67,7 @@ class Fetched:
     received: int                   # bytes that came over the network in this run
     resumed_from: int               # bytes already there from an earlier run
     checked: str                    # what was verified: "sha256", "git sha1", "size" or "nothing"
+    sha256: str | None = None       # the content's, as received
 
 
 def open_url(url: str, headers: dict[str, str] | None = None, method: str = "GET",
@@ -116,30 +125,88 @@ def linked_remote(url: str, linked: dict[str, str], size: int | None = None) -> 
     return Remote(url, size, etag if SHA256.match(etag) else None)
 
 
+class Arrival:
+    """Told about one file while it arrives, for a reader that follows it (the import); this
+    base class listens to nothing."""
+
+    def started(self, attempt: str, durable: int) -> None:
+        """NAME.part holds `durable` bytes of `attempt`; a new attempt means every byte read
+        from an earlier one is void (the file failed its check, or the server restarted it)."""
+
+    def durable(self, n: int) -> None:
+        """Bytes 0..n are on disk and fsynced."""
+
+    def checked(self, sha256: str) -> None:
+        """The whole file passed its checks; `sha256` is its content's."""
+
+
 def fetch(remote: Remote, dest: Path, log: Callable[[str], object] = print,
           headers: dict[str, str] | None = None, retries: int = RETRIES,
-          sleep: Callable[[float], object] = time.sleep) -> Fetched:
+          sleep: Callable[[float], object] = time.sleep, arrival: Arrival | None = None) -> Fetched:
     """Make `dest` the file at remote.url, resuming NAME.part; a file that does not match
-    its size or sha256 once whole is deleted and fetched once more, then refused."""
+    its size or sha256 once whole is fetched once more, then refused.
+
+    With `arrival` (the size must be known), the file is followed as it arrives: NAME.part
+    has its full size from the start (sparse until received), keeps its inode (a reader's
+    open descriptors stay valid through a restart) and, once checked, stays NAME.part with
+    its record saying so instead of being renamed to NAME."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if arrival is not None and remote.size is None:
+        raise ValueError("following a file as it arrives needs its size")
     if dest.is_file():
         earlier = _check_whole(remote, dest)
-        if earlier is not None:
+        if earlier is None:
+            dest.unlink()                           # another revision of the file: fetch this one
+        elif arrival is None:
             return earlier
-        dest.unlink()                               # another revision of the file: fetch this one
+        else:                                       # whole from an earlier run that did not follow it
+            os.replace(dest, _part(dest))
+            with open(_part(dest), "r+b") as f:
+                part = _PartFile(remote, dest, f, log, None)
+                part.attempt = uuid.uuid4().hex
+                part.record(earlier.bytes, checked=earlier.checked, content_sha256=earlier.sha256)
+    restart = False
     for attempt in (1, 2):
-        got, digest = _fetch_once(remote, dest, log, headers or {}, retries, sleep)
-        problem = digest.mismatch(got.bytes)
+        got, problem = _fetch_once(remote, dest, log, headers or {}, retries, sleep, arrival, restart)
         if problem is None:
-            publish(_part(dest), dest, durable=True)
-            _progress(dest).unlink(missing_ok=True)
+            if arrival is None:
+                publish(_part(dest), dest, durable=True)
+                _progress(dest).unlink(missing_ok=True)
             return got
-        _forget(dest)
         if attempt == 1:
             log(f"{dest.name}: {problem}; fetching it again")
+        restart = True                              # from its first byte, in place (its readers keep their file)
+    _forget(dest)
     raise ModelFileError(f"{remote.url}: {problem}, twice in a row. The server sends something other than the "
                          "file it lists (a proxy or a WiFi login page in the way?); nothing was kept")
+
+
+def fetch_header(remote: Remote, dest: Path, log: Callable[[str], object] = print,
+                 headers: dict[str, str] | None = None) -> tuple[int, int]:
+    """Make NAME.part (followed, see `fetch`) start with the safetensors header of the file:
+    its first 8 + n bytes, durable, so the file can be planned from before the rest comes.
+    Returns 8 + n and how many bytes came over the network for it."""
+    part_path = _part(Path(dest))
+    with open(part_path, "r+b" if part_path.exists() else "w+b") as f:
+        part = _PartFile(remote, Path(dest), f, log, Arrival())
+        have = part.open(restart=False)
+        earlier, attempt = have, part.attempt
+        want = 8
+        for _ in range(2):
+            if have < want:
+                _receive(remote, part, headers or {}, want)
+                part.header_bytes = f.tell()
+                part.record()
+                have = f.tell()
+            f.seek(0)
+            (n,) = struct.unpack("<Q", f.read(8))
+            f.seek(have)
+            if n > MAX_HEADER_BYTES or 8 + n > (remote.size or 0):
+                raise ModelFileError(f"{remote.url}: not a .safetensors file (its first bytes are no safetensors "
+                                     "header); the server sends something other than the file it lists")
+            want = 8 + n
+        return want, have - earlier if part.attempt == attempt else have
 
 
 def _check_whole(remote: Remote, dest: Path) -> Fetched | None:
@@ -147,23 +214,24 @@ def _check_whole(remote: Remote, dest: Path) -> Fetched | None:
     listing may name a newer revision now)."""
     digest = _Digest(remote)
     size = dest.stat().st_size
-    if digest.checked() in ("sha256", "git sha1"):
-        with open(dest, "rb") as f:
-            _hash_prefix(f, size, digest)
+    with open(dest, "rb") as f:
+        _hash_prefix(f, size, digest)
     if digest.mismatch(size) is not None:
         return None
-    return Fetched(dest, size, 0, size, digest.checked())
+    return Fetched(dest, size, 0, size, digest.checked(), digest.sha256.hexdigest())
 
 
 class _Digest:
-    """The checks a whole file must pass: its size, and its sha256 or git blob id, hashed as bytes arrive."""
+    """The checks a whole file must pass: its size, and its sha256 or git blob id, hashed as
+    bytes arrive. The sha256 goes on from a saved state where that works (sha256_state.py),
+    so a resumed file need not be read again."""
 
     def __init__(self, remote: Remote):
         self.remote = remote
         self.reset()
 
     def reset(self) -> None:
-        self.sha256 = hashlib.sha256()
+        self.sha256 = sha256_state.Sha256() if sha256_state.available() else hashlib.sha256()
         size = self.remote.size
         self.git = hashlib.sha1(f"blob {size}\0".encode()) if self.remote.git_sha1 and size is not None else None
 
@@ -171,6 +239,22 @@ class _Digest:
         self.sha256.update(block)
         if self.git is not None:
             self.git.update(block)
+
+    def state(self) -> str | None:
+        """The sha256's running state, or None where it cannot be continued from one."""
+        if self.git is not None or not isinstance(self.sha256, sha256_state.Sha256):
+            return None
+        return self.sha256.state().hex()
+
+    def restore(self, state: object) -> bool:
+        """Continue from a saved state (True), or say the prefix must be hashed again (False)."""
+        if self.git is not None or not sha256_state.available() or not isinstance(state, str):
+            return False
+        try:
+            self.sha256 = sha256_state.Sha256(bytes.fromhex(state))
+        except ValueError:
+            return False
+        return True
 
     def checked(self) -> str:
         if self.remote.sha256:
@@ -199,58 +283,137 @@ def _progress(dest: Path) -> Path:
     return dest.with_name(dest.name + PROGRESS)
 
 
-def _fetch_once(remote: Remote, dest: Path, log, headers: dict[str, str], retries: int,
-                sleep) -> tuple[Fetched, _Digest]:
-    part = _part(dest)
-    resumed_from = _durable_length(remote, dest)
-    if resumed_from:
-        log(f"{dest.name}: resuming at {resumed_from / 1e6:.1f} MB")
-    digest = _Digest(remote)
-    with open(part, "r+b" if part.exists() else "wb") as f:
-        f.truncate(resumed_from)
-        _hash_prefix(f, resumed_from, digest)
-        failures = 0
+class _PartFile:
+    """NAME.part being received, and its progress record NAME.part.json."""
+
+    def __init__(self, remote: Remote, dest: Path, f, log, arrival: Arrival | None):
+        self.remote, self.dest, self.f, self.log, self.arrival = remote, dest, f, log, arrival
+        self.digest = _Digest(remote)
+        self.attempt = ""
+        self.header_bytes = 0               # the first bytes, fetched ahead (fetch_header)
+        self.checked_before: dict = {}      # the record of a followed file an earlier run checked
+
+    def open(self, restart: bool) -> int:
+        """Resume the durable bytes of an earlier run (unless `restart`); returns how many."""
+        record = {} if restart else _resumable_record(self.remote, self.dest)
+        durable = record.get("durable_bytes", 0)
+        if not durable:
+            self.start_over()
+            return 0
+        self.attempt = record.get("attempt") or uuid.uuid4().hex
+        self.header_bytes = min(durable, record.get("header_bytes") or 0)
+        if record.get("checked") and self.arrival is not None and durable == self.remote.size:
+            self.checked_before = record
+            self.f.seek(durable)
+        else:
+            self.f.truncate(durable)                # bytes past the last fsync may be garbage after a power cut
+            if not self.digest.restore(record.get("sha256_state")):
+                _hash_prefix(self.f, durable, self.digest)
+            self._presize()
+            self.f.seek(durable)
+        if self.arrival is not None:
+            self.arrival.started(self.attempt, durable)
+        return durable
+
+    def start_over(self) -> None:
+        """Drop every byte: a new attempt, recorded before the old bytes go (so that a power
+        cut never pairs stale bytes with a record that vouches for them)."""
+        self.attempt = uuid.uuid4().hex
+        self.header_bytes = 0
+        self.digest.reset()
+        self.record(0)
+        self.f.seek(0)
+        if self.arrival is None:
+            self.f.truncate(0)
+        else:       # overwritten in place: a reader's read under way never meets the end of the file
+            self.arrival.started(self.attempt, 0)
+            self._presize()
+
+    def _presize(self) -> None:
+        if self.arrival is not None:
+            self.f.truncate(self.remote.size)       # sparse: no blocks until the bytes come
+
+    def record(self, durable: int | None = None, **extra) -> None:
+        """Make the bytes received durable and say how many there are."""
+        durable = self.f.tell() if durable is None else durable
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        remote = self.remote
+        record = {"url": remote.url, "size": remote.size, "sha256": remote.sha256, "git_sha1": remote.git_sha1,
+                  "durable_bytes": durable, "attempt": self.attempt, "header_bytes": self.header_bytes,
+                  "sha256_state": self.digest.state(), **extra}
+        write_bytes(_progress(self.dest), json.dumps(record).encode(), durable=True)
+        if self.arrival is not None and durable:
+            self.arrival.durable(durable)
+
+
+def _fetch_once(remote: Remote, dest: Path, log, headers: dict[str, str], retries: int, sleep,
+                arrival: Arrival | None, restart: bool) -> tuple[Fetched, str | None]:
+    """Receive the file into NAME.part; returns it and what is wrong with it (None: nothing)."""
+    part_path = _part(dest)
+    with open(part_path, "r+b" if part_path.exists() else "w+b") as f:
+        part = _PartFile(remote, dest, f, log, arrival)
+        resumed_from = part.open(restart)
+        earlier = part.checked_before
+        if earlier:                                 # followed and checked by an earlier run
+            arrival.durable(resumed_from)
+            arrival.checked(earlier.get("content_sha256"))
+            return Fetched(dest, resumed_from, 0, resumed_from, earlier["checked"], earlier.get("content_sha256")), None
+        if resumed_from > part.header_bytes:
+            log(f"{dest.name}: resuming at {resumed_from / 1e6:.1f} MB")
+        failures, at_failure = 0, -1
         while True:
             try:
-                _receive(remote, dest, f, digest, headers)
+                _receive(remote, part, headers)
                 break
             except NetworkError:
-                _record(remote, dest, f)
-                failures += 1
+                part.record()
+                # failures in a row without progress: a long file over a flaky link, or one that waited for the
+                # import to catch up (an idle connection the server closed), may be cut many times
+                failures = failures + 1 if f.tell() == at_failure else 1
+                at_failure = f.tell()
                 if failures > retries:
-                    raise NetworkError(f"{remote.url}: the connection failed {failures} times; the "
+                    raise NetworkError(f"{remote.url}: the connection failed {failures} times in a row; the "
                                        f"{f.tell() / 1e6:.1f} MB received are kept: run the same command again "
                                        "to resume") from None
                 wait = min(60.0, 2.0 ** failures)
                 log(f"{dest.name}: connection lost at {f.tell() / 1e6:.1f} MB; resuming in {wait:.0f} s")
                 sleep(wait)
-        _record(remote, dest, f)
         size = f.tell()
-    return Fetched(dest, size, size - resumed_from, resumed_from, digest.checked()), digest
+        digest = part.digest
+        got = Fetched(dest, size, size - resumed_from, resumed_from, digest.checked(), digest.sha256.hexdigest())
+        problem = digest.mismatch(size)
+        if problem is None and arrival is not None:
+            part.record(size, checked=got.checked, content_sha256=got.sha256)
+        else:
+            part.record()
+    if problem is None and arrival is not None:
+        arrival.checked(got.sha256)
+    return got, problem
 
 
-def _receive(remote: Remote, dest: Path, f, digest: _Digest, headers: dict[str, str]) -> None:
-    """One GET from the end of `f` to the end of the file."""
+def _receive(remote: Remote, part: _PartFile, headers: dict[str, str], end: int | None = None) -> None:
+    """One GET from the end of what `part` holds to byte `end` (None: the end of the file)."""
+    f, dest = part.f, part.dest
     start = f.tell()
-    if remote.size is not None and start == remote.size:
+    if (remote.size is not None and start == remote.size) or (end is not None and start >= end):
         return
-    response, _ = open_url(remote.url, dict(headers, **({"Range": f"bytes={start}-"} if start else {})))
+    wanted = f"bytes={start}-{end - 1}" if end is not None else f"bytes={start}-" if start else None
+    response, _ = open_url(remote.url, dict(headers, **({"Range": wanted} if wanted else {})))
     with response:
         if start and (response.status != 206 or not _starts_at(response, start)):
-            f.seek(0)                               # the server sends the whole file: start over
-            f.truncate(0)
-            digest.reset()
+            part.start_over()                       # the server sends the whole file
         since = 0
         try:
-            while True:
-                block = response.read(PIECE)
+            while end is None or f.tell() < end:
+                block = response.read(PIECE if end is None else min(PIECE, end - f.tell()))
                 if not block:
                     break
                 f.write(block)
-                digest.update(block)
+                part.digest.update(block)
                 since += len(block)
                 if since >= DURABLE_BYTES:
-                    _record(remote, dest, f)
+                    part.record()
                     since = 0
         except (OSError, http.client.HTTPException) as e:
             if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -258,8 +421,9 @@ def _receive(remote: Remote, dest: Path, f, digest: _Digest, headers: dict[str, 
                                    f"{dest.name}. Free some space and run the same command again: the download "
                                    "resumes") from None
             raise NetworkError(f"{remote.url}: the connection broke ({e or type(e).__name__})") from None
-    if remote.size is not None and f.tell() < remote.size:
-        raise NetworkError(f"{remote.url}: the connection closed after {f.tell()} of {remote.size} bytes")
+    want = end if end is not None else remote.size
+    if want is not None and f.tell() < want:
+        raise NetworkError(f"{remote.url}: the connection closed after {f.tell()} of {want} bytes")
 
 
 def _starts_at(response, start: int) -> bool:
@@ -279,29 +443,25 @@ def _hash_prefix(f, n: int, digest: _Digest) -> None:
     f.seek(n)
 
 
-def _record(remote: Remote, dest: Path, f) -> None:
-    """Make the bytes in `f` durable and say how many there are."""
-    f.flush()
-    os.fsync(f.fileno())
-    record = {"url": remote.url, "size": remote.size, "sha256": remote.sha256, "git_sha1": remote.git_sha1,
-              "durable_bytes": f.tell()}
-    write_bytes(_progress(dest), json.dumps(record).encode(), durable=True)
-
-
-def _durable_length(remote: Remote, dest: Path) -> int:
-    """Bytes of NAME.part from an earlier run that are durable and belong to this same file."""
+def _resumable_record(remote: Remote, dest: Path) -> dict:
+    """The progress record of NAME.part from an earlier run if its bytes belong to this same
+    file, with durable_bytes cut to what NAME.part holds; else {}."""
     part = _part(dest)
     if not part.is_file():
-        return 0
+        return {}
     try:
         record = json.loads(_progress(dest).read_text())
     except (OSError, ValueError):
-        return 0
+        return {}
+    if not isinstance(record, dict):
+        return {}
     same = all(record.get(k) == getattr(remote, k) for k in ("size", "sha256", "git_sha1"))
     if not same or (remote.sha256 is None and record.get("url") != remote.url):
-        return 0                                    # another file (a new revision): start over
+        return {}                                   # another file (a new revision): start over
     durable = record.get("durable_bytes")
-    return min(durable, part.stat().st_size) if isinstance(durable, int) and durable >= 0 else 0
+    if not isinstance(durable, int) or isinstance(durable, bool) or durable < 0:
+        return {}
+    return dict(record, durable_bytes=min(durable, part.stat().st_size))
 
 
 def _forget(dest: Path) -> None:

@@ -13,6 +13,14 @@ renamed to DEST only when complete and fsynced, so DEST never exists half-writte
 Progress (bytes of each weight file written and fsynced, and the source's hashes) is
 saved as it goes; running the same command again resumes where it stopped, and a
 changed source, option or slowframe version starts over.
+
+Arriving sources (`models download`, engine/convert/download.py): the weight files are
+planned from the source files' headers, which arrive first, and each tensor is converted
+as soon as its source bytes are on disk, written at its planned place in its weight file
+(so the files fill in arrival order, not front to back); the bytes it read are then given
+back. A source file that fails its check at its end voids what was converted from it,
+which is converted again from the bytes fetched anew. Each weight file's sha256 is read
+back from it once it is complete.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -40,7 +49,7 @@ from engine.convert.layout import COMPONENTS, expected_shapes, weight_file
 from engine.convert.lora import LoraFile, LoraPatch, bind, open_loras
 from engine.convert.sgm_source import open_sgm
 from engine.convert.source import ModelSource, SourceTensor
-from engine.errors import EngineError, InputError, ModelFileError
+from engine.errors import EngineError, InputError, ModelFileError, NetworkError, StorageError
 from engine.quantize import FORMAT as UINT8_FORMAT
 from engine.quantize import quantize_rows, should_quantize
 from engine.safetensors import ITEMSIZE, SafetensorsWriter, pread_into, refuse_pickle
@@ -78,6 +87,46 @@ class ImportProgress:
     bytes_total: int
 
 
+class Arriving(Protocol):
+    """Source files that are still arriving (a download): where they grow, and their bytes
+    as they become durable. Paths are those the source's tensors are read from."""
+
+    def weights(self, folder: Path, stem: str) -> list[Path]:
+        """A diffusers component's weight files, where they grow."""
+
+    def where(self, path: Path) -> Path:
+        """Where the single-file model `path` grows."""
+
+    def identity(self, path: Path) -> list | None:
+        """What the arriving file will be when whole (for the resume fingerprint); None for
+        a file that is already whole."""
+
+    def order(self, path: Path) -> int:
+        """Its place in the order the files arrive."""
+
+    def wait(self, path: Path, end: int, idle: Callable[[], None]) -> str:
+        """Block until bytes 0..end are durable; returns the attempt they belong to. Calls
+        idle() before blocking. Raises the download's error if it fails."""
+
+    def attempt(self, path: Path) -> str | None:
+        """The attempt whose bytes the file holds now."""
+
+    def consumed(self, path: Path, end: int, attempt: str) -> None:
+        """What was converted from bytes before `end` of `attempt` is durable: they are not
+        needed any more."""
+
+    def finished(self, idle: Callable[[], None]) -> None:
+        """Block until every file arrived whole and passed its checks."""
+
+    def settle(self, path: Path, attempt: str, idle: Callable[[], None]) -> bool:
+        """Block until `attempt` of the file passed its checks (True) or was voided by a new
+        attempt (False)."""
+
+    def record(self, path: Path) -> dict | None:
+        """{"path", "bytes", "sha256"} of an arrived file for the manifest; None for a file
+        that was whole before."""
+
+
 @dataclass
 class _Output:
     """One weight file to write: its tensors in order, and which become uint8."""
@@ -104,14 +153,26 @@ class _Output:
         return buf.getvalue()
 
     def size(self) -> int:
-        return len(self.header()) + sum(ITEMSIZE[d] * int(np.prod(s, dtype=np.int64)) for _, d, s in self.entries())
+        return len(self.header()) + sum(self.tensor_bytes())
+
+    def tensor_bytes(self) -> list[int]:
+        """Bytes each tensor takes in the file (a uint8 one with its scales and zeros)."""
+        sizes = [ITEMSIZE[d] * int(np.prod(s, dtype=np.int64)) for _, d, s in self.entries()]
+        out, at = [], 0
+        for _, _, quantize in self.tensors:
+            n = 3 if quantize else 1
+            out.append(sum(sizes[at:at + n]))
+            at += n
+        return out
 
 
 def import_model(src: str | Path, dest: str | Path, precision: str = "fp16",
                  loras: list[tuple[str | Path, float]] = (), vae: str | Path | None = None,
                  config_dir: str | Path | None = None, log: Callable[[str], object] = print,
-                 progress: Callable[[ImportProgress], object] | None = None) -> ImportReport:
-    """Convert SRC (diffusers folder or SGM .safetensors) into the model folder DEST."""
+                 progress: Callable[[ImportProgress], object] | None = None,
+                 arriving: Arriving | None = None) -> ImportReport:
+    """Convert SRC (diffusers folder or SGM .safetensors) into the model folder DEST; with
+    `arriving`, while its files still arrive."""
     started = time.monotonic()
     src, dest = Path(src), Path(dest)
     if precision not in PRECISIONS:
@@ -120,8 +181,8 @@ def import_model(src: str | Path, dest: str | Path, precision: str = "fp16",
         raise ModelFileError(f"{dest}: already exists; give a new folder name (nothing was changed)")
     if not dest.parent.is_dir():
         raise ModelFileError(f"{dest.parent}: no such folder to create {dest.name} in")
-    partial = dest.parent / f".{dest.name}.partial"
-    source = _open_source(src, Path(config_dir) if config_dir else None)
+    partial = partial_folder(dest)
+    source = _open_source(src, Path(config_dir) if config_dir else None, arriving)
     lora_files: list[LoraFile] = []
     try:
         if vae is not None:
@@ -130,12 +191,15 @@ def import_model(src: str | Path, dest: str | Path, precision: str = "fp16",
         outputs = _plan(source, precision, lora_files)
         for note in source.notes:
             log(note)
-        fingerprint = _fingerprint(source, precision, lora_files, vae, outputs)
+        fingerprint = _fingerprint(source, precision, lora_files, vae, outputs, arriving)
         state = _State.resume_or_start(partial, fingerprint, log)
         total = sum(o.size() for o in outputs)
         _check_space(partial, total - state.bytes_written())
         try:
-            report = _run(source, dest, partial, state, outputs, precision, lora_files, vae, total, log, progress)
+            report = _run(source, dest, partial, state, outputs, precision, lora_files, vae, total, log, progress,
+                          arriving)
+        except (NetworkError, StorageError):
+            raise                                           # the download broke off: the next run resumes both
         except EngineError:
             shutil.rmtree(partial, ignore_errors=True)   # the source is bad: resuming cannot help
             raise
@@ -153,11 +217,19 @@ def import_model(src: str | Path, dest: str | Path, precision: str = "fp16",
     return report
 
 
-def _open_source(src: Path, config_dir: Path | None) -> ModelSource:
+def partial_folder(dest: Path) -> Path:
+    """Where the import into `dest` is written until it is complete."""
+    return dest.parent / f".{dest.name}.partial"
+
+
+def _open_source(src: Path, config_dir: Path | None, arriving: Arriving | None) -> ModelSource:
     if src.is_dir():
         if config_dir is not None:
             raise InputError("--config is for single-file models; a diffusers folder has its own configs")
-        source = open_diffusers(src)
+        source = open_diffusers(src) if arriving is None else open_diffusers(src, arriving.weights)
+    elif arriving is not None:
+        source = open_sgm(arriving.where(src), config_dir)
+        source.path = src
     elif src.is_file():
         refuse_pickle(src)
         if src.suffix.lower() != ".safetensors":
@@ -186,9 +258,14 @@ def _plan(source: ModelSource, precision: str, loras: list[LoraFile]) -> list[_O
     return outputs
 
 
-def _fingerprint(source: ModelSource, precision: str, loras: list[LoraFile], vae, outputs: list[_Output]) -> str:
-    """What decides the output: the source files as they are now, the options, the plan."""
+def _fingerprint(source: ModelSource, precision: str, loras: list[LoraFile], vae, outputs: list[_Output],
+                 arriving: Arriving | None) -> str:
+    """What decides the output: the source files as they are now (or will be: arriving), the
+    options, the plan."""
     def identity(path: Path) -> list:
+        planned = arriving.identity(path) if arriving is not None else None
+        if planned is not None:
+            return planned
         st = path.stat()
         return [str(path.resolve()), st.st_size, st.st_mtime_ns]
 
@@ -258,17 +335,23 @@ class _State:
 
 
 def _run(source: ModelSource, dest: Path, partial: Path, state: _State, outputs: list[_Output], precision: str,
-         loras: list[LoraFile], vae, total: int, log, progress) -> ImportReport:
+         loras: list[LoraFile], vae, total: int, log, progress, arriving: Arriving | None) -> ImportReport:
     resumed = state.bytes_written()
-    if state.data["sources"] is None:
+    if state.data["sources"] is None and arriving is None:
         model = [c for c in COMPONENTS if not (vae and c == "vae")]
         state.data["sources"] = _hashes(source.files(model), log)
         state.data["vae"] = _hashes(source.components["vae"].files, log) if vae else []
         state.data["loras"] = [dict(lora.describe(), sha256=mf.sha256_file(lora.path)) for lora in loras]
         state.save()
     counter = _Counter(total, resumed, log)
-    for out in outputs:
-        _write_weights(out, partial, state, counter, progress)
+    if arriving is None:
+        for out in outputs:
+            _write_weights(out, partial, state, counter, progress)
+    else:
+        _write_arriving(outputs, partial, state, counter, progress, arriving, log)
+        state.data["sources"] = _arrived_hashes(source, arriving)
+        state.data["vae"], state.data["loras"] = [], []
+        state.save()
     supplied = _write_other_files(source, partial, precision)
     files = {}
     for path in sorted(p for p in partial.rglob("*") if p.is_file() and p.name != STATE_FILE):
@@ -416,13 +499,153 @@ def _convert_rows(name: str, src: SourceTensor, r0: int, r1: int, quantize: bool
 def _emit(f, hasher, array: np.ndarray) -> int:
     view = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
     f.write(view)
-    hasher.update(view)
+    if hasher is not None:
+        hasher.update(view)
     return len(view)
 
 
 def _not_finite(src: SourceTensor) -> None:
     raise ModelFileError(f"{src.info.path}: tensor '{src.key}' contains NaN or infinite values; the model file is "
                          "damaged (or was saved from a diverged training run): get it again")
+
+
+def _arrived_hashes(source: ModelSource, arriving: Arriving) -> list[dict]:
+    """The source files as the manifest lists them: the arrived ones with the sha256 their
+    check computed (their bytes are gone by now), the others hashed here (small files)."""
+    records = []
+    for path in source.files():
+        record = arriving.record(path)
+        records.append(record if record is not None else
+                       {"path": str(path), "bytes": path.stat().st_size, "sha256": mf.sha256_file(path)})
+    return records
+
+
+class _Placed:
+    """One weight file filled in arrival order: each tensor at its planned offset; `done`
+    holds the tensors written (durable once recorded)."""
+
+    def __init__(self, out: _Output, root: Path, state: _State):
+        self.out = out
+        header = out.header()
+        self.sizes = out.tensor_bytes()
+        self.offsets = list(np.cumsum([len(header)] + self.sizes[:-1], dtype=np.int64).tolist())
+        self.path = root / out.path
+        record = state.file(out.path) or {}
+        ends = [self.offsets[i] + self.sizes[i] for i in record.get("done", ())]
+        if self.path.is_file() and self.path.stat().st_size >= max(ends, default=0) and "done" in record:
+            self.done = set(record["done"])
+            self.sha256 = record.get("sha256")
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "wb") as f:
+                f.write(header)
+                f.truncate(len(header) + sum(self.sizes))   # sparse until written
+            self.done, self.sha256 = set(), None
+        self.f = open(self.path, "r+b")
+        self.header_bytes = len(header)
+        self.dirty = False
+
+    def write(self, i: int) -> int:
+        name, src, quantize = self.out.tensors[i]
+        self.f.seek(self.offsets[i])
+        written = _write_tensor(self.f, None, name, src, quantize, self.out.patch)
+        self.done.add(i)
+        self.dirty = True
+        return written
+
+    def forget(self, path: Path) -> list[int]:
+        """Void the tensors read from source file `path`; returns them."""
+        void = [i for i in self.done if self.out.tensors[i][1].info.path == path]
+        self.done.difference_update(void)
+        self.sha256 = None
+        return void
+
+    def record(self) -> dict:
+        if self.dirty:
+            self.f.flush()
+            os.fsync(self.f.fileno())
+            self.dirty = False
+        if len(self.done) == len(self.sizes) and self.sha256 is None:
+            self.sha256 = mf.sha256_file(self.path)     # read back once complete: it was written out of order
+        return {"bytes": self.header_bytes + sum(self.sizes[i] for i in self.done), "done": sorted(self.done),
+                "sha256": self.sha256}
+
+
+def _write_arriving(outputs: list[_Output], root: Path, state: _State, counter: _Counter, progress,
+                    arriving: Arriving, log) -> None:
+    """Convert every tensor as soon as its source bytes are durable, in the order they arrive;
+    fsync and record every DURABLE_BYTES (and before waiting for more bytes), then tell
+    `arriving` which source bytes are no longer needed."""
+    placed = [_Placed(out, root, state) for out in outputs]
+    attempts: dict[str, str] = state.data.setdefault("attempts", {})   # source file -> attempt it was read from
+    todo: list[tuple[_Placed, int]] = []
+
+    def source_of(item: tuple[_Placed, int]):
+        return item[0].out.tensors[item[1]][1].info
+
+    def queue(items) -> None:
+        todo.extend(items)
+        todo.sort(key=lambda item: (-arriving.order(source_of(item).path), -source_of(item).offset))
+
+    def flush() -> None:
+        for p in placed:
+            state.data["files"][p.out.path] = p.record()
+        state.save()
+        low: dict[Path, int] = {}
+        for item in todo:
+            info = source_of(item)
+            low[info.path] = min(low.get(info.path, info.offset), info.offset)
+        for key, attempt in attempts.items():
+            path = Path(key)
+            arriving.consumed(path, low.get(path, path.stat().st_size), attempt)
+
+    def redo(path: Path) -> None:
+        void = [(p, i) for p in placed for i in p.forget(path)]
+        counter.done -= sum(p.sizes[i] for p, i in void)
+        if void:
+            log(f"  {path.name}: the download started it over; converting the {len(void)} tensors read from it again")
+        queue(void)
+
+    queue((p, i) for p in placed for i in range(len(p.sizes)) if i not in p.done)
+    since = 0
+    try:
+        while True:
+            if not todo:
+                flush()
+                arriving.finished(flush)
+                stale = [Path(k) for k, a in attempts.items() if arriving.attempt(Path(k)) != a]
+                if not stale:
+                    break
+                for path in stale:
+                    redo(path)
+                    attempts[str(path)] = arriving.attempt(path)
+                continue
+            p, i = todo[-1]
+            info = source_of(todo[-1])
+            attempt = arriving.wait(info.path, info.offset + info.nbytes, flush)
+            if attempts.setdefault(str(info.path), attempt) != attempt:
+                redo(info.path)
+                attempts[str(info.path)] = attempt
+                continue
+            try:
+                written = p.write(i)
+            except ModelFileError:
+                # bytes damaged on the way look like a damaged model (NaN, overflow): the file's own check
+                # at its end decides which it is
+                if arriving.settle(info.path, attempt, flush):
+                    raise
+                continue
+            todo.pop()
+            counter.add(written)
+            since += written
+            if since >= DURABLE_BYTES:
+                flush()
+                since = 0
+            if progress is not None:
+                progress(ImportProgress(p.out.path, p.out.tensors[i][0], len(p.done), counter.done, counter.total))
+    finally:
+        for p in placed:
+            p.f.close()
 
 
 def _write_other_files(source: ModelSource, root: Path, precision: str) -> list[str]:

@@ -47,13 +47,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     download = models_sub.add_parser(
         "download", help="fetch an SDXL model from the Hugging Face hub or a link and import it",
-        description="Fetch an SDXL model on the frame itself and import it as `models import` does (a few hundred "
-                    "MB of memory). REPO_OR_URL is a Hugging Face repository (ORG/NAME: a diffusers model such as "
-                    "stabilityai/sdxl-turbo), a file in one (ORG/NAME/FILE.safetensors, or its huggingface.co "
-                    "link), or an https:// link to a single-file .safetensors model. Every file is checked against "
-                    "the size and sha256 the hub lists. Interrupted (a power cut, the network)? Run the same "
-                    "command again: the download resumes where it stopped. Gated repositories: set HF_TOKEN; "
-                    "another hub or a mirror: set HF_ENDPOINT.")
+        description="Fetch an SDXL model on the frame itself and import it as `models import` does (a few hundred MB "
+                    "of memory), while it arrives: each tensor is converted once its bytes are on the card, and the "
+                    "downloaded bytes are given back as the import takes them in, so the card needs room for about "
+                    "the model alone. REPO_OR_URL is a Hugging Face repository (ORG/NAME: a diffusers model such as "
+                    "stabilityai/sdxl-turbo), a file in one (ORG/NAME/FILE.safetensors, or its huggingface.co link), "
+                    "or an https:// link to a single-file .safetensors model. Every file is checked against the size "
+                    "and sha256 the hub lists. Interrupted (a power cut, the network)? Run the same command again: "
+                    "the download and the import resume where they stopped. Gated repositories: set HF_TOKEN; another"
+                    " hub or a mirror: set HF_ENDPOINT.")
     download.add_argument("source", metavar="REPO_OR_URL", help="ORG/NAME, ORG/NAME/FILE.safetensors or a link")
     download.add_argument("dest", nargs="?", help="the model folder to create (default: the model's name in "
                           "--models-dir)")
@@ -62,8 +64,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     download.add_argument("--precision", choices=PRECISIONS, default="fp16",
                           help="as for `models import`: fp16 (default) or uint8 (the UNet at half the size)")
     download.add_argument("--download-dir", default=str(default_state_dir() / "downloads"), metavar="DIR",
-                          help="where the files wait until imported, then deleted (default: %(default)s; on the "
-                               "frame the root partition, which has room for them beside the models partition)")
+                          help="where the files arrive until imported, then deleted (default: %(default)s; on the "
+                               "frame the root partition, beside the models partition)")
     download.set_defaults(func=cmd_download)
 
     verify = models_sub.add_parser("verify", help="check a model folder's files against its manifest and configs",
