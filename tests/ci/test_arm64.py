@@ -49,7 +49,8 @@ def test_every_listed_test_path_exists():
               for path in re.search(rf"^{group}=\((.*?)^\)", TEXT, re.S | re.M)[1].split()]
     assert listed
     for path in listed:
-        assert (REPO / path.split("::")[0]).exists(), f".ci/arm64 lists {path}, which does not exist"
+        file = path.strip('"').split("::")[0]
+        assert (REPO / file).exists(), f".ci/arm64 lists {path}, whose file does not exist"
 
 
 def test_every_pypi_package_is_pinned_to_one_version():
