@@ -2,12 +2,15 @@
 
 Fixed seeded inputs through every C kernel (the engine's and the dithering one); each output's
 sha256 must equal the record made on the code before the kernels moved into .c files. The
-elementwise kernels and the dithering loop give their numpy twins' bits on every machine; the
-fused attention's bits depend on the build target, so only the targets recorded are compared.
+elementwise kernels and the dithering loop give their numpy twins' bits on every machine (x86-64 and,
+in .ci/arm64, aarch64); the fused attention's bits depend on the build target (the aarch64 build fuses
+its multiply-adds into FMAs, x86-64's generic SSE2 one cannot), so they are recorded per machine
+("@x86_64", "@aarch64") and only the builds recorded for this machine are compared.
 """
 
 import hashlib
 import json
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +79,7 @@ def kernel_outputs() -> dict[str, str]:
             o = np.empty_like(qq)
             ok = attention.c_attention_head(qq, kk, vv, o, np.empty(attention.attention_work(lk, d), np.float32), variant)
             if ok:
-                out[f"attention_head_v{variant}_{l}x{lk}x{d}"] = h(o)
+                out[f"attention_head_v{variant}_{l}x{lk}x{d}@{platform.machine()}"] = h(o)
     img = rng.random((61, 83, 3)).astype(np.float32)
     for name in sorted(D.METHODS):
         pal = np.ascontiguousarray(rng.random((7, 3)))
