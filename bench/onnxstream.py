@@ -41,8 +41,8 @@ C++20 compiler, cmake and ninja. The export needs ~20 GB of RAM, the simplifier 
     python bench/onnxstream.py --redo convert          # convert again (then run)
     python bench/onnxstream.py --stop-after build
 
-Every measured case runs in a fresh process (peak RSS is its own), `nice`d like the build, after
-the page cache of its weights is dropped; s/eval is the second evaluation in that process on both
+Every measured case runs in a fresh process (peak RSS is its own) at the script's own niceness
+(start it with `nice -n 10` on a shared machine), after the page cache of its weights is dropped; s/eval is the second evaluation in that process on both
 sides (the first is a cold read). Not run in CI.
 """
 
@@ -328,10 +328,10 @@ def child_simplify(spec: dict) -> dict:
     del model.graph.input[:]
     model.graph.input.extend(inputs)
     model.graph.initializer.extend(external[n] for n in used)
-    for name in used:   # the weights' files, linked beside the simplified model (the export goes away)
-        for entry in external[name].external_data:
+    for name in used:   # the weights' files, moved beside the simplified model (copied with --keep-onnx;
+        for entry in external[name].external_data:   # onnx.load refuses hard links)
             if entry.key == "location":
-                os.link(src.parent / entry.value, out.parent / entry.value)
+                (shutil.copy2 if spec["keep"] else os.replace)(src.parent / entry.value, out.parent / entry.value)
     onnx.save(model, str(out))
     weights = {t.name for t in model.graph.initializer} | {n.output[0] for n in model.graph.node if n.op_type == "Constant"}
     only_weights = sum(1 for n in model.graph.node if n.input and all(x in weights for x in n.input if x))
@@ -344,11 +344,12 @@ def step_simplify(args) -> dict:
     for model in args.models:
         src, out = onnx_path(model, "export"), onnx_path(model, "simplify")
         if not src.is_file():
-            raise StepFailed("simplify", f"{src} is missing: redo the export (--redo export)")
+            raise StepFailed("simplify", f"{src} is missing (an export is removed once simplified, unless "
+                                          f"--keep-onnx): redo from the export, --redo export")
         shutil.rmtree(out.parent, ignore_errors=True)
         large = sum(f.stat().st_size for f in src.parent.iterdir()) > 2**31
         log(f"[simplify] {model}: onnx-simplifier in a fresh process -> {out}")
-        spec = {"kind": "simplify", "in": str(src), "out": str(out), "large": large,
+        spec = {"kind": "simplify", "in": str(src), "out": str(out), "large": large, "keep": args.keep_onnx,
                 "result": str(ROOT / f"simplify-{model}.json")}
         rc, res, wall = run_child(SCRIPT, spec, nice=NICE)
         if rc != 0 or not res or res.get("error"):
@@ -548,7 +549,8 @@ def step_convert(args) -> dict:
     for model in args.models:
         src, out = onnx_path(model, "simplify"), MODELS / MODEL_NAMES[model]
         if not src.is_file():
-            raise StepFailed("convert", f"{src} is missing: redo the simplifier (--redo simplify)")
+            raise StepFailed("convert", f"{src} is missing (the ONNX files are removed once used, unless "
+                                         f"--keep-onnx): redo from the export, --redo export")
         log(f"[convert] {model}: onnx2txt, fp16 weights, in a fresh process -> {out}")
         spec = {"kind": "convert", "in": str(src), "out": str(out), "result": str(ROOT / f"convert-{model}.json")}
         rc, res, wall = run_child(SCRIPT, spec, nice=NICE)
@@ -557,6 +559,8 @@ def step_convert(args) -> dict:
         total = sum(res["op_stats"].values())
         log(f"[convert] {model}: {wall:.0f} s, {total} ops ({', '.join(f'{k} {v}' for k, v in sorted(res['op_stats'].items(), key=lambda kv: -kv[1]))})")
         info[model] = res
+        if not args.keep_onnx:
+            shutil.rmtree(src.parent)   # converted: the simplified ONNX is no longer needed
     return info
 
 
@@ -600,7 +604,9 @@ def run_onnxstream(config: str, model: str, inputs: list[str], label: str, repea
         p.unlink(missing_ok=True)
     files = drop_folder_cache(folder)
     log(f"[{label}] page cache of its {files} model files dropped (POSIX_FADV_DONTNEED) - 1st eval is a cold read")
-    cmd = ["nice", "-n", str(NICE), str(DRIVER), config, str(folder), str(out_raw), str(result), str(repeats)] + inputs
+    # Not niced here: our cases (bench/unet_full.py's children) are not either, so both sides run at
+    # the niceness the script was started with.
+    cmd = [str(DRIVER), config, str(folder), str(out_raw), str(result), str(repeats)] + inputs
     t0 = time.perf_counter()
     with open(stdout_log, "w") as f:
         rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
@@ -655,7 +661,7 @@ def our_unet_ops(preset: str, inputs_dir: Path) -> dict:
             "repeats": 1, "output": str(RUNS / f"{label}.npy"), "result": str(RUNS / f"{label}.json")}
     trace = RUNS / f"{label}.trace"
     with open(trace, "w") as f:
-        rc = subprocess.call(["nice", "-n", str(NICE), sys.executable, str(unet_full.SCRIPT), "_child", json.dumps(spec)],
+        rc = subprocess.call([sys.executable, str(unet_full.SCRIPT), "_child", json.dumps(spec)],
                              stdout=f, stderr=subprocess.STDOUT, cwd=str(REPO))
     if rc != 0:
         log(f"[{label}] FAILED: {describe_rc(rc)} (trace {trace})")
@@ -857,6 +863,8 @@ def op_groups(kinds: dict[str, float]) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- main
 
+# The children this script runs in fresh processes (`SCRIPT _child SPEC`, bench/harness.py).
+CHILD_KINDS = {"export": child_export, "simplify": child_simplify, "convert": child_convert}
 STEP_FUNCS = {"sources": step_sources, "build": step_build, "export": step_export, "simplify": step_simplify,
               "convert": step_convert, "run": step_run}
 STEP_CHECKS = {  # a done step's product, which must still be there
@@ -909,8 +917,6 @@ def main(argv=None) -> int:
         return 1
     return 0
 
-
-CHILD_KINDS = {"export": child_export, "simplify": child_simplify, "convert": child_convert}
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "_child":
