@@ -43,7 +43,7 @@ C++20 compiler, cmake and ninja. The export needs ~20 GB of RAM, the simplifier 
 
 Every measured case runs in a fresh process (peak RSS is its own) at the script's own niceness
 (start it with `nice -n 10` on a shared machine), after the page cache of its weights is dropped; s/eval is the second evaluation in that process on both
-sides (the first is a cold read). Not run in CI.
+sides (the first is a cold read), or with --evals 1 the first, cold, one on both sides. Not run in CI.
 """
 
 from __future__ import annotations
@@ -651,14 +651,14 @@ def write_latent(latent: Path) -> list[str]:
     return [f"latent_5F_sample={path}:{','.join(map(str, arr.shape))}"]
 
 
-def our_unet_ops(preset: str, inputs_dir: Path) -> dict:
-    """Our op split: one unet_full.py engine child with ops_printf, its trace summary of the 2nd
-    evaluation (seconds per op kind; the per-op printing is in the times)."""
+def our_unet_ops(preset: str, inputs_dir: Path, evals: int) -> dict:
+    """Our op split: one unet_full.py engine child with ops_printf, its trace summary of evaluation
+    `evals` (1 cold, 2 warm: the one compared; seconds per op kind, the per-op printing included)."""
     import unet_full
 
     label = f"ours-{preset}-ops"
     spec = {"kind": "engine", "preset": preset, "overrides": {"ops_printf": True}, "inputs": str(inputs_dir),
-            "repeats": 1, "output": str(RUNS / f"{label}.npy"), "result": str(RUNS / f"{label}.json")}
+            "repeats": evals - 1, "output": str(RUNS / f"{label}.npy"), "result": str(RUNS / f"{label}.json")}
     trace = RUNS / f"{label}.trace"
     with open(trace, "w") as f:
         rc = subprocess.call([sys.executable, str(unet_full.SCRIPT), "_child", json.dumps(spec)],
@@ -709,9 +709,11 @@ def run_case(key: str, side: str, what: str, model: str, ctx: dict, args) -> dic
 
     if side == "onnxstream":
         inputs = ctx["os_unet_inputs"] if model == "unet" else ctx["os_latent"]
-        return run_onnxstream(what, model, inputs, key, repeats=2 if model == "unet" else 1)
+        return run_onnxstream(what, model, inputs, key, repeats=args.evals if model == "unet" else 1)
     if model == "unet":
         r = unet_full.run_engine_case(LATENT, LATENT, 1, what, {}, ctx["inputs_dir"], ctx["unet_args"])
+        if r.get("completed"):
+            r["s_per_eval"] = r["eval_s"][args.evals - 1]   # its evaluation 1 is cold, 2 warm
     else:
         r = vae_full.run_case(what, ctx["latent"], ctx["vae_args"])
         if r.get("completed"):
@@ -772,7 +774,7 @@ def step_run(args) -> dict:
     ops = {}
     if args.op_split and "os-unet-rpi-lowmem" in cases and cases["os-unet-rpi-lowmem"].get("completed"):
         ops = {"onnxstream rpi-lowmem": cases["os-unet-rpi-lowmem"]["ops_ms"],
-               "ours rpi-lowmem": our_unet_ops("rpi-lowmem", ctx["inputs_dir"])}
+               "ours rpi-lowmem": our_unet_ops("rpi-lowmem", ctx["inputs_dir"], args.evals)}
         if "os-unet-default" in cases and cases["os-unet-default"].get("completed"):
             ops["onnxstream default"] = cases["os-unet-default"]["ops_ms"]
     report(cases, refs, ops, args)
@@ -810,7 +812,8 @@ def report(cases: dict, refs: dict, ops: dict, args) -> None:
                     "note": f"rounds {', '.join(f'{x:.1f}' for x in r['round_s'])} s" if len(r["round_s"]) > 1 else ""})
         rows.append(row)
     log("")
-    log("== results (s/eval: UNet = 2nd evaluation in the process, the 1st is a cold read after POSIX_FADV_DONTNEED;"
+    log(f"== results (s/eval: UNet = evaluation {args.evals} in the process (1: a cold read after POSIX_FADV_DONTNEED, "
+        "2: warm);"
         " VAE = one 25-tile decode of a 128x128 latent, cold; median over rounds; peak RSS = VmHWM of the case's "
         "process, highest over rounds; MB = 10^6 bytes; x OnnxStream = ours / OnnxStream's same configuration, "
         "median of the per-round ratios)")
@@ -885,6 +888,9 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds of all cases (default 1)")
     p.add_argument("--cases", default=",".join(CASE_GROUPS),
                    help=f"case groups to run, of {', '.join(CASE_GROUPS)} (default all)")
+    p.add_argument("--evals", type=int, choices=(1, 2), default=2,
+                   help="the UNet evaluation compared on both sides: 1, the cold one (OnnxStream then runs only "
+                        "it: on a loaded machine one takes many minutes), or 2, the warm one (default)")
     p.add_argument("--no-op-split", dest="op_split", action="store_false",
                    help="skip our separate ops_printf run for the op split")
     p.add_argument("--keep-onnx", action="store_true", help="keep the exported and simplified ONNX files")
