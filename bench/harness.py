@@ -49,7 +49,9 @@ def log(msg: str = "") -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    """Write JSON atomically, so a reader never sees half a file."""
+    """Write JSON atomically, so a reader never sees half a file; its folder is made if missing
+    (a child's result file may be the first thing written in a fresh cache)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path, "w") as f:
         f.write(json.dumps(obj, indent=1, sort_keys=True))
 
