@@ -107,6 +107,7 @@ def ensure_latent() -> Path:
         f = pos - i
         rows = coarse[:, i] * (1 - f)[None, :, None] + coarse[:, i + 1] * f[None, :, None]
         z = rows[:, :, i] * (1 - f)[None, None, :] + rows[:, :, i + 1] * f[None, None, :]
+        path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, (z[None] / SDXL_VAE_CONFIG["scaling_factor"]).astype(np.float32))
     return path
 
