@@ -22,9 +22,10 @@ its SDXL base 1024x1024 10-step run (about 11 h) and its SDXL-Turbo 512x512 1-st
 stated, not fitted (CARD_READ_MB_S, OTHER_GFLOPS). Nothing here knows the slowframe
 targets: the calibration only ever sees OnnxStream's figures.
 
-Our engine is projected as running at OnnxStream's calibrated speed per FLOP unless an x86
-ratio (our seconds / OnnxStream's for the same stage, measured on one machine: issue 32's
-bench/onnxstream.py) is given, which then scales our compute time.
+Our engine's compute time per stage is OnnxStream's calibrated one scaled by the x86 ratio
+(our seconds / OnnxStream's for the same stage, measured on one machine by
+bench/onnxstream.py: X86_RATIOS); a stage without a measured ratio runs at OnnxStream's speed
+per FLOP. Reads are not scaled: their bytes come from the trace and each engine's file formats.
 
 Measured stage figures are cached in ${SLOWFRAME_BENCH_CACHE:-~/.cache/slowframe-bench}/
 pi-projection/, keyed on the model's contents, the preset, the stage and its shape, and
@@ -35,7 +36,7 @@ engine/flops.py itself; the printable op trace of each measurement is kept besid
     python bench/pi_projection.py                          # every standard case
     python bench/pi_projection.py --remeasure              # ignore the cache
     python bench/pi_projection.py --x86-ratio unet=0.8 --x86-ratio vae=1.1 \\
-        --x86-ratio-source "bench/onnxstream.py, session 19, machine G"
+        --x86-ratio-source "bench/onnxstream.py, session N, machine M"
 
 Not run in CI.
 """
@@ -92,11 +93,15 @@ ONNXSTREAM_BYTES_PER_PARAM = {"text": 4, "unet": 2, "vae": 2}
 ONNXSTREAM_PROVIDER = {"text": "prefetch", "unet": "nocache", "vae": "prefetch"}
 
 # The x86 ratio (our compute time / OnnxStream's for the same stage on one machine), per
-# stage. None measured yet: issue 32's bench/onnxstream.py head-to-head will give it; until
-# then our engine is projected at OnnxStream's calibrated speed per FLOP. --x86-ratio
+# stage, from bench/onnxstream.py's head-to-head in the Pi configurations on both sides
+# (bench/RESULTS.md#onnxstream-head-to-head). Stages without a measured ratio (text
+# encoders, the tiny decoder) run at OnnxStream's calibrated speed per FLOP. --x86-ratio
 # overrides these and --x86-ratio-source says where the figures come from.
-X86_RATIOS: dict[str, float] = {}
-X86_RATIOS_SOURCE = "none measured yet (issue 32)"
+X86_RATIOS: dict[str, float] = {"unet": 0.447, "vae": 0.595}
+X86_RATIOS_SOURCE = ("bench/onnxstream.py, session 20, machine I (idle): one 128x128 UNet evaluation, ours "
+                     "rpi-lowmem 33.5 s against OnnxStream --rpi-lowmem 74.9 s; the 25-tile VAE decode, ours "
+                     "rpi-lowmem 75.9 s against OnnxStream's tiled 127.6 s; the same weights and inputs")
+
 
 PROMPT = "a lighthouse on a rocky coast at dusk, dramatic clouds, oil painting"
 NEGATIVE = "ugly, blurry"
