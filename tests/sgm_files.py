@@ -21,6 +21,9 @@ from engine.safetensors import SafetensorsWriter, read_header, read_raw
 from engine.sdxl.unet_config import parse_config
 
 
+Part = tuple[str, str]   # (component, diffusers tensor name)
+
+
 def sgm_entries(configs: dict[str, dict]) -> dict[str, tuple[tuple[int, ...], list[Part], str]]:
     """SGM key -> (shape, the diffusers tensors it holds in row order, how: "" | "T" | "1x1")."""
     cfg = parse_config(configs["unet"])
