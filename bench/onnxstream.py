@@ -33,7 +33,7 @@ marker, so a rerun skips what is done; `--redo STEP` does one again (and what de
   run       the interleaved cases (always run)
 
 Test/bench-only dependencies beyond the project's: onnx, onnxsim (`pip install onnx onnxsim`), a
-C++20 compiler, cmake and ninja. The export needs ~20 GB of RAM, the simplifier ~22 GB
+C++20 compiler, cmake and ninja. The UNet's export peaks at ~16 GB of RAM, the simplifier under 2 GB
 (`--stop-after convert` to prepare only). From the repository root:
 
     python bench/onnxstream.py                         # everything
