@@ -406,14 +406,16 @@ def engine_label(preset: str, overrides: dict) -> str:
 def run_engine_case(h, w, batch, preset, overrides, inputs, args, *, ops_printf=False,
                     cgroup_procs: Path | None = None, tag="") -> dict:
     d = case_dir(h, w, batch)
-    label = engine_label(preset, overrides) + tag
+    unet_dir = getattr(args, "unet", None) or UNET_DIR
+    label = engine_label(preset, overrides) + ("" if unet_dir == UNET_DIR else f"@{unet_dir.name}") + tag
     kwargs = dict(overrides)
     if ops_printf:
         kwargs["ops_printf"] = True
-    spec = {"kind": "engine", "preset": preset, "overrides": kwargs, "inputs": str(inputs),
+    spec = {"kind": "engine", "preset": preset, "overrides": kwargs, "inputs": str(inputs), "unet_dir": str(unet_dir),
             "repeats": args.repeats, "output": str(d / f"{label}.npy"), "result": str(d / f"{label}.json")}
     Path(spec["output"]).unlink(missing_ok=True)
-    drop = drop_page_cache(weights_path())
+    for f in sorted(unet_dir.glob("*.safetensors")):   # one file; drop reports the last
+        drop = drop_page_cache(f)
     where = " in the 256 MiB cgroup" if cgroup_procs else ""
     log(f"[engine {h}x{w} {label}{where}] {describe_drop(drop)}")
     if ops_printf:
@@ -451,7 +453,7 @@ def child_engine(spec: dict) -> dict:
     x = load_inputs(Path(spec["inputs"]))
     io0 = proc_io()
     t0 = time.perf_counter()
-    unet = UNet.load(str(UNET_DIR), preset=spec["preset"], **spec["overrides"])
+    unet = UNet.load(spec.get("unet_dir", str(UNET_DIR)), preset=spec["preset"], **spec["overrides"])
     res.update(stage="loaded", load_s=time.perf_counter() - t0, mem_after_load=memory_figures(), io_after_load=proc_io())
     write_json(result_path, res)
     eval_s, eval_cpu_s, read_bytes = [], [], []
@@ -559,6 +561,9 @@ def main(argv=None) -> int:
                    help="keyword override for UNet.load (int/float/bool/none/str), repeatable")
     p.add_argument("--ops-printf", metavar="PRESET:SIZE",
                    help="pass ops_printf=True to UNet.load for this one case, e.g. rpi-lowmem:64")
+    p.add_argument("--unet", type=Path, metavar="DIR",
+                   help="run the engine on this copy of the random UNet instead (e.g. `slowframe models quantize`'s "
+                        "uint8 one), against the same diffusers reference")
     p.add_argument("--build-only", action="store_true", help="build the weights and inputs, then stop")
     p.add_argument("--cgroup-selftest", nargs="?", const="100,300", metavar="MB,MB",
                    help="check the cgroup machinery with dummy children allocating these MB (default 100,300)")
@@ -572,6 +577,11 @@ def main(argv=None) -> int:
             p.error("--rounds runs diffusers every round: it cannot go with --skip-diffusers")
         args.fresh_reference = True
     overrides = parse_overrides(args.override)
+    if args.unet is not None:
+        args.unet = args.unet.expanduser().resolve()
+        if not (args.unet / "config.json").is_file() or not any(args.unet.glob("*.safetensors")):
+            p.error(f"--unet {args.unet}: not a UNet folder (config.json and a .safetensors file); make one with "
+                    f"`slowframe models quantize {UNET_DIR} DST`")
 
     sizes = []
     for s in args.sizes.split(","):
