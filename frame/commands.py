@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from engine.atomic import write_bytes
+from engine.sdxl.recipes import RECIPES
 from frame.config import ConfigError, HistorySettings, check_text
 from frame.config.prompts import SAMPLERS
 from frame.config.reader import compose
@@ -69,8 +70,8 @@ UPTIME = Path("/proc/uptime")
 
 _config_lock = threading.Lock()       # two phones saving at once: one write at a time
 # what the web app's forms offer, and what the frame uses for a key the file leaves out
-CHOICES = {"sampler": list(SAMPLERS), "panel": [AUTO_PANEL, *PANELS], "orientation": list(ORIENTATIONS),
-           "order": list(ORDERS)}
+CHOICES = {"recipe": list(RECIPES), "sampler": list(SAMPLERS), "panel": [AUTO_PANEL, *PANELS],
+           "orientation": list(ORIENTATIONS), "order": list(ORDERS)}
 DEFAULTS = {"schedule.times": [], "schedule.quiet_hours": [], "display.panel": DisplayConfig().panel,
             "display.orientation": DisplayConfig().orientation, "display.caption": DisplayConfig().caption,
             "display.preview": DisplayConfig().preview,

@@ -16,8 +16,8 @@ from frame.web.yamledit import EditError
 
 blueprint = Blueprint("themes", __name__)
 # form field -> the kind of value the YAML gets; an empty field leaves the key out (the defaults apply)
-FIELDS = (("name", str), ("negative", str), ("steps", int), ("guidance", float), ("sampler", str), ("size", str),
-          ("weight", float), ("lora", str), ("lora_weight", float))
+FIELDS = (("name", str), ("negative", str), ("recipe", str), ("steps", int), ("guidance", float), ("sampler", str),
+          ("size", str), ("weight", float), ("lora", str), ("lora_weight", float))
 WILDCARD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -69,8 +69,9 @@ def _edit_theme(text: str, index: int | None, fields: dict, prompts: list[str]) 
 
 
 def _problem_page(template: str, saved: configfile.Saved | None, error: str | None, status: int, **context):
-    samplers = configfile.current().choices.get("sampler", [])
-    return render_template(template, saved=saved, error=error, samplers=samplers, **context), status
+    choices = configfile.current().choices
+    return render_template(template, saved=saved, error=error, samplers=choices.get("sampler", []),
+                           recipes=choices.get("recipe", []), **context), status
 
 
 @blueprint.get("/themes")
@@ -95,7 +96,7 @@ def edit(index: int | None = None):
     theme = themes[index] if index is not None else {}
     values = _form_values(theme if isinstance(theme, dict) else {})
     return render_template("theme.html", index=index, values=values, version=config.version,
-                           samplers=config.choices.get("sampler", []),
+                           samplers=config.choices.get("sampler", []), recipes=config.choices.get("recipe", []),
                            saved=None, error=None)
 
 

@@ -174,6 +174,23 @@ def test_a_bad_theme_form_is_refused_with_the_checkers_message(web):
     assert web.client.post("/themes/7", data={**form, "steps": "3"}).status_code == 404
 
 
+def test_a_themes_recipe_is_chosen_in_its_form_and_an_unknown_one_refused(web):
+    token = web.sign_in()
+    page = text(web.client.get("/themes/0"))
+    assert "lightning-4" in page and "dmd2" in page
+    form = {"csrf_token": token, "version": commands.text_version(CONFIG), "name": "sea", "prompts": "a sea",
+            "recipe": "turbo"}
+    assert web.client.post("/themes/0", data=form).status_code == 302
+    web.frame.step()
+    assert web.frame.daemon.config.theme("sea").recipe == "turbo"
+    assert "recipe: turbo" in web.frame.config_path.read_text()
+    saved = web.frame.config_path.read_text()
+    response = web.client.post("/themes/0", data={**form, "version": commands.text_version(saved),
+                                                   "recipe": "lightnin-4"})
+    assert response.status_code == 400 and "unknown recipe" in text(response)
+    assert web.frame.config_path.read_text() == saved
+
+
 def test_settings_change_only_what_the_form_changed(web):
     token = web.sign_in()
     form = {"csrf_token": token, "version": commands.text_version(CONFIG), "times": "07:00, 19:00",
