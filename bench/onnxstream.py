@@ -744,8 +744,7 @@ def step_run(args) -> dict:
             raise StepFailed("convert", f"{MODELS / MODEL_NAMES[model] / 'model.txt'} is missing")
     if not DRIVER.is_file():
         raise StepFailed("build", f"{DRIVER} is missing")
-    for runs in (RUNS, vae_full.RUNS):   # vae_full's cases write there; on a fresh cache nothing has made it
-        runs.mkdir(parents=True, exist_ok=True)
+    RUNS.mkdir(parents=True, exist_ok=True)     # vae_full's folder: its ensure_latent below makes it
     info = unet_full.ensure_weights()
     ctx = {"inputs_dir": unet_full.ensure_inputs(LATENT, LATENT, 1), "latent": vae_full.ensure_latent(),
            "unet_args": argparse.Namespace(repeats=1, skip_diffusers=False, fresh_reference=False, torch_threads=2),
