@@ -404,7 +404,7 @@ def engine_label(preset: str, overrides: dict) -> str:
 
 
 def run_engine_case(h, w, batch, preset, overrides, inputs, args, *, ops_printf=False,
-                    cgroup_procs: Path | None = None, tag="") -> dict:
+                    cgroup_procs: Path | None = None, tag="", where: str = " in the 256 MiB cgroup") -> dict:
     d = case_dir(h, w, batch)
     unet_dir = getattr(args, "unet", None) or UNET_DIR
     label = engine_label(preset, overrides) + ("" if unet_dir == UNET_DIR else f"@{unet_dir.name}") + tag
@@ -416,7 +416,7 @@ def run_engine_case(h, w, batch, preset, overrides, inputs, args, *, ops_printf=
     Path(spec["output"]).unlink(missing_ok=True)
     for f in sorted(unet_dir.glob("*.safetensors")):   # one file; drop reports the last
         drop = drop_page_cache(f)
-    where = " in the 256 MiB cgroup" if cgroup_procs else ""
+    where = where if cgroup_procs else ""
     log(f"[engine {h}x{w} {label}{where}] {describe_drop(drop)}")
     if ops_printf:
         log(f"[engine {h}x{w} {label}] ops_printf=True: one line per op follows (timings include the printing)")
