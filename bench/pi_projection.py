@@ -9,7 +9,12 @@ stage is then
 
     compute = conv GEMM FLOPs / G_conv + other GEMM FLOPs / G_matmul + the rest / G_other
     read    = weight bytes / R                                  (the microSD card)
-    time    = compute + read        where weights are read when an op needs them (nocache)
+    time    = compute + read        where weights are read when an op needs them (OnnxStream's
+                                    --rpi-lowmem UNet)
+            = max(compute, read) + (1 - overlap) * min(compute, read)
+                                    where the kernel is asked to read the next ops' bytes
+                                    ahead (our nocache provider): overlap measured on a
+                                    throttled disk (bench/card_overlap.py: CARD_OVERLAP)
             = max(compute, read)    where a thread reads ahead (prefetch)
 
 (4 Cortex-A53 cores at 1 GHz.) The GEMM-like FLOPs are split into convolutions and matrix
@@ -49,7 +54,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -83,14 +88,30 @@ CARD_READ_MB_S = 20.0
 OTHER_GFLOPS = 1.0
 
 # -- OnnxStream's published Pi Zero 2 W runs (README at commit 9f54639) ------------------------
-# Its SDXL runs: --rpi-lowmem (UNet weights read when each op needs them, no cache; fp16
+# Its SDXL runs: --rpi-lowmem (UNet weights read when each op needs them, no cache and
+# nothing read ahead: DiskNoCacheWeightsProvider in src/onnxstream.h; fp16
 # weights, fp32 arithmetic), text encoders fp32 with the default prefetching provider, one
 # run per prompt (src/sd.cpp run_te_model, batch 1); the VAE decoder fp16 weights with the
 # prefetching provider, tiles of 32x32 latents; no cross-attention K/V cache, so every UNet
 # evaluation reads and computes everything. Guidance: a negative prompt ("ugly, blurry"),
 # two batch-1 UNet evaluations a step; Turbo: none.
 ONNXSTREAM_BYTES_PER_PARAM = {"text": 4, "unet": 2, "vae": 2}
-ONNXSTREAM_PROVIDER = {"text": "prefetch", "unet": "nocache", "vae": "prefetch"}
+ONNXSTREAM_PROVIDER = {"text": "prefetch", "unet": "on-use", "vae": "prefetch"}
+# How reads meet compute with each of our weights providers (engine/weights.py): nocache
+# asks the kernel to read the next ops' bytes ahead while the cores compute; prefetch and
+# ram read ahead on a thread.
+OUR_PROVIDER = {"nocache": "readahead", "prefetch": "prefetch", "ram": "prefetch"}
+
+# How much of the shorter of reading and computing hides behind the longer with our
+# nocache provider's read-ahead, by read time / compute time: bench/card_overlap.py, one
+# full-size random UNet evaluation in rpi-lowmem with the disk throttled to that ratio,
+# against the same evaluation unthrottled (bench/RESULTS.md#card-overlap). Each figure is
+# the mean over 2 rounds and both evaluations (K/V computed, cached) at 128x128 or at
+# 96x160 latents, whichever is lower (96x160 gave 0.97 at 0.35). Between the measured
+# ratios it is interpolated, beyond them the nearest is taken.
+CARD_OVERLAP: tuple[tuple[float, float], ...] = ((0.4, 0.95), (1.0, 0.75), (2.5, 0.87))
+CARD_OVERLAP_SOURCE = ("bench/card_overlap.py, session 21, machine I: one rpi-lowmem UNet evaluation at 128x128 "
+                       "and at 96x160, the disk throttled by a blkio cgroup, 2 rounds")
 
 # The x86 ratio (our compute time / OnnxStream's for the same stage on one machine), per
 # stage, from bench/onnxstream.py's head-to-head in the Pi configurations on both sides
@@ -147,6 +168,7 @@ def our_cases(panel_size: tuple[int, int]) -> list[Case]:
         Case(f"lightning-4 / dmd2 (4 steps, no CFG), {w}x{h}, tiny decoder", "slowframe", w, h, 4, False,
              decoder="tiny"),
         Case("SDXL base, 1024x1024, 10 steps, CFG, tiled VAE", "slowframe", 1024, 1024, 10, True),
+        Case("SDXL base, 1024x1024, 10 steps, CFG, tiny decoder", "slowframe", 1024, 1024, 10, True, decoder="tiny"),
     ]
 
 
@@ -375,6 +397,21 @@ class Figures:
     matmul_gflops: float
     other_gflops: float
     read_mb_s: float
+    card_overlap: tuple[tuple[float, float], ...] = CARD_OVERLAP
+
+
+def card_overlap(read_per_compute: float, measured: tuple[tuple[float, float], ...]) -> float:
+    """The overlap at this read time / compute time: straight lines between the measured
+    ratios, the nearest measured one beyond them."""
+    points = sorted(measured)
+    if not points:
+        return 0.0
+    if read_per_compute <= points[0][0]:
+        return points[0][1]
+    for (k0, o0), (k1, o1) in zip(points, points[1:]):
+        if read_per_compute <= k1:
+            return o0 + (o1 - o0) * (read_per_compute - k0) / (k1 - k0)
+    return points[-1][1]
 
 
 @dataclass
@@ -388,7 +425,7 @@ class StageRun:
     matmul: float                 # GEMM FLOPs of the other ops
     other: float                  # the rest
     read_bytes: float
-    provider: str                 # nocache: reads add to compute; prefetch: they overlap it
+    provider: str                 # on-use: reads add to compute; readahead: CARD_OVERLAP; prefetch: max
     ratio: float = 1.0            # x86 ratio applied to the compute time
 
     def compute_s(self, f: Figures) -> float:
@@ -400,7 +437,11 @@ class StageRun:
 
     def seconds(self, f: Figures) -> float:
         c, r = self.compute_s(f), self.read_s(f)
-        return c + r if self.provider == "nocache" else max(c, r)
+        if self.provider == "on-use" or min(c, r) == 0:
+            return c + r
+        if self.provider == "readahead":
+            return max(c, r) + (1 - card_overlap(r / c, f.card_overlap)) * min(c, r)
+        return max(c, r)
 
 
 @dataclass
@@ -440,7 +481,7 @@ def project(case: Case, measured: dict[str, dict], keys: dict[str, str], options
         stored = sum(k["bytes"] for k in kinds.values())
         if onnx:   # the same parameters, in OnnxStream's file formats
             stored *= ONNXSTREAM_BYTES_PER_PARAM[stage] / m["bytes_per_param"]
-        provider = ONNXSTREAM_PROVIDER[stage] if onnx else options.weights
+        provider = ONNXSTREAM_PROVIDER[stage] if onnx else OUR_PROVIDER[options.weights]
         p.stages.append(StageRun(label, stage, count, count * conv, count * matmul, count * other, count * stored,
                                  provider, 1.0 if onnx else ratios.get(stage, 1.0)))
 
@@ -471,12 +512,14 @@ def calibrate(fixing: list[Projection], other_gflops: float, read_mb_s: float) -
         for proj in fixing:
             a = b = const = 0.0
             for s in proj.stages:
-                compute_bound = s.provider == "nocache" or s.compute_s(guess) >= s.read_s(guess)
+                if s.provider == "readahead":
+                    raise ValueError("calibration takes OnnxStream's cases, whose stages read on use or prefetch")
+                compute_bound = s.provider == "on-use" or s.compute_s(guess) >= s.read_s(guess)
                 if compute_bound:
                     a += s.ratio * s.conv / 1e9
                     b += s.ratio * s.matmul / 1e9
                     const += s.ratio * s.other / (other_gflops * 1e9)
-                if s.provider == "nocache" or not compute_bound:
+                if s.provider == "on-use" or not compute_bound:
                     const += s.read_s(guess)
             rows.append((a, b, proj.case.published_minutes * 60 - const))
         (a1, b1, c1), (a2, b2, c2) = rows
@@ -515,13 +558,16 @@ def gf(x: float) -> str:
     return f"{x / 1e9:,.0f}" if x >= 1e10 else f"{x / 1e9:,.1f}"
 
 
+READS = {"on-use": "add", "readahead": "read ahead", "prefetch": "overlap"}
+
+
 def print_projection(p: Projection, f: Figures) -> None:
     rows = []
     for s in p.stages:
         rows.append({"stage": s.label, "runs": str(s.count), "conv GFLOP": gf(s.conv), "matmul GFLOP": gf(s.matmul),
                      "other GFLOP": gf(s.other), "read GB": f"{s.read_bytes / 1e9:.2f}",
                      "compute min": f"{s.compute_s(f) / 60:.1f}", "read min": f"{s.read_s(f) / 60:.1f}",
-                     "minutes": f"{s.seconds(f) / 60:.1f}", "reads": "add" if s.provider == "nocache" else "overlap"})
+                     "minutes": f"{s.seconds(f) / 60:.1f}", "reads": READS[s.provider]})
     total = {"stage": "total", "runs": "", "conv GFLOP": gf(sum(s.conv for s in p.stages)),
              "matmul GFLOP": gf(sum(s.matmul for s in p.stages)), "other GFLOP": gf(sum(s.other for s in p.stages)),
              "read GB": f"{sum(s.read_bytes for s in p.stages) / 1e9:.2f}",
@@ -580,6 +626,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--x86-ratio", action="append", default=[], metavar="[STAGE=]RATIO",
                    help="our compute time / OnnxStream's on one x86 machine, for a stage (text, unet, vae, tiny) or all")
     p.add_argument("--x86-ratio-source", default=None, help="where the --x86-ratio figures were measured")
+    p.add_argument("--no-card-overlap", action="store_true",
+                   help="let our read-ahead hide nothing: reads add to compute, as for OnnxStream's UNet")
     p.add_argument("--remeasure", action="store_true", help="trace every stage again instead of using the cache")
     args = p.parse_args(argv)
 
@@ -625,10 +673,14 @@ def main(argv: list[str] | None = None) -> int:
     projections = {case: project(case, measured, case_keys[case], options, ratios)
                    for case in published + ours + recipes}
     figures = calibrate([projections[c] for c in published if c.role == "fixes"], args.other_gflops, args.read_mb_s)
+    figures = replace(figures, card_overlap=() if args.no_card_overlap else CARD_OVERLAP)
 
     log(f"\nPi Zero 2 W projection: model {args.model} ({fingerprint[:12]}), our preset {args.preset}")
     log(f"  {CORES} Cortex-A53 cores at {CLOCK_GHZ:g} GHz, fp32 NEON peak {PEAK_GFLOPS:.0f} GFLOP/s")
     log(f"  microSD reads: {figures.read_mb_s:g} MB/s (stated: the SD host's default 50 MHz clock)")
+    log("  our read-ahead hides " + (", ".join(f"{o:.0%} at reads {k:g}x compute" for k, o in figures.card_overlap)
+                                     + f" ({CARD_OVERLAP_SOURCE})" if figures.card_overlap
+                                     else "nothing (--no-card-overlap): reads add to compute"))
     log(f"  other (non-GEMM) ops: {figures.other_gflops:g} GFLOP/s (stated: memory-bound, see OTHER_GFLOPS)")
     log(f"  calibrated on OnnxStream's SDXL base 10-step and Turbo 1-step runs: convolutions "
         f"{figures.conv_gflops:.2f} GFLOP/s ({figures.conv_gflops / PEAK_GFLOPS:.0%} of peak), matrix products "
