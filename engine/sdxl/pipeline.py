@@ -448,7 +448,7 @@ class _Run:
         release_free_memory()        # the text encoders are gone; the UNet comes
         h, w = settings.height, settings.width
         time_ids = np.repeat(np.array([[h, w, 0, 0, h, w]], dtype=np.float32), n, 0)
-        negative = (np.repeat(cond.negative_embeds, n, 0), np.repeat(cond.negative_pooled, n, 0))
+        negative = (np.repeat(cond.negative_embeds, n, 0), np.repeat(cond.negative_pooled, n, 0)) if self.cfg else ()
         positive = (np.repeat(cond.prompt_embeds, n, 0), np.repeat(cond.pooled, n, 0))
         with UNet.load(self.pipe.root / "unet", self.pipe.preset, **self.pipe.overrides) as unet, \
                 self.pipe._styles() as loras:
