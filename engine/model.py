@@ -46,7 +46,7 @@ class StreamedModel:
         self.threads = options.threads or cores()
         """CPU threads this model computes on: BLAS, the C kernels' splits, attention heads."""
         self.provider = make_provider(store, options.weights, options.prefetch_bytes, options.weight_chunk_bytes,
-                                      self.threads)
+                                      self.threads, options.readahead_bytes)
         self.trace = OpTrace(options.ops_printf)
         _report_numpy_fallback()
         if options.keep_freed_memory:

@@ -54,6 +54,11 @@ class Options:
     weight_chunk_bytes: int = 0
     """With weights="nocache": a weight larger than this in fp32 is read in bands of output
     channels while its op runs, so no whole fp32 copy of it exists (0: read whole)."""
+    readahead_bytes: int = 32 << 20
+    """With weights="nocache": stored bytes of the next ops' weights the kernel is asked to
+    read ahead into the page cache while the current op computes. Those pages share the
+    memory the process has (a cgroup's limit counts them): where they do not fit they are
+    dropped before their op runs and read a second time."""
     cfg_batch: bool = True
     """Classifier-free guidance as one batch-2 UNet evaluation per step (the weights are
     read once per step) rather than two batch-1 evaluations (half the activation memory)."""
@@ -104,7 +109,7 @@ class Options:
             raise InputError(f"engine option 'weight_chunk_bytes' must be 0 or more, got {self.weight_chunk_bytes}")
         if self.threads < 0:
             raise InputError(f"engine option 'threads' must be 0 (all cores) or more, got {self.threads}")
-        for key in ("prefetch_bytes", "attention_slices", "band_bytes", "kv_cache_entries"):
+        for key in ("prefetch_bytes", "readahead_bytes", "attention_slices", "band_bytes", "kv_cache_entries"):
             if getattr(self, key) < 1:
                 raise InputError(f"engine option '{key}' must be at least 1, got {getattr(self, key)}")
 
@@ -123,7 +128,11 @@ PRESETS: dict[str, Options] = {
     # of freed heap is kept for reuse; the levels that set the peak return it. Both values,
     # and the bands and weight chunks, chosen by measurement within the 250 MB budget:
     # bench/RESULTS.md#memory
-    "rpi-lowmem": Options(weights="nocache", drop_pages=True, weight_chunk_bytes=16 << 20, attention_slices=16,
+    # The weights read ahead stay within 8 MB: in 256 MiB, page cache included, a 32 MB window
+    # did not fit beside the process, and an evaluation read 7.0 GB for its 4.45 GB of weights
+    # (bench/RESULTS.md#card-overlap).
+    "rpi-lowmem": Options(weights="nocache", drop_pages=True, weight_chunk_bytes=16 << 20, readahead_bytes=8 << 20,
+                          attention_slices=16,
                           skip_dtype="uint8", kv_dtype="fp16", kv_cache_entries=1, band_bytes=4 << 20,
                           cfg_batch=False, keep_freed_memory=False, mmap_threshold=8 << 20,
                           retain_freed_bytes=64 << 20, memory_budget=250_000_000),

@@ -31,8 +31,6 @@ from engine.parallel import equal_step, in_parallel
 from engine.safetensors import PICKLE_SUFFIXES, TensorInfo, pread_into, read_header
 
 CHUNK_BYTES = 4 << 20
-READAHEAD_BYTES = 32 << 20
-"""NoCacheProvider: stored bytes of upcoming ops the kernel is asked to read ahead."""
 WILLNEED_PIECE = 128 << 10
 """Linux reads at most max(read_ahead_kb, the device's largest I/O) of one WILLNEED hint
 and silently drops the rest: 128 KB is the default read_ahead_kb (an SD card's too), so
@@ -342,15 +340,17 @@ class NoCacheProvider(WeightsProvider):
     """Read each weight when its op runs; nothing is kept. Weights over `chunk_bytes`
     in fp32 are handed out as WeightRows and read in bands by the op.
 
-    So that the disk is not idle while the CPU computes (on a Pi the reads are a fifth
-    of an evaluation), a thread asks the kernel (posix_fadvise WILLNEED) to read the
-    next ops' stored bytes, up to READAHEAD_BYTES ahead in plan order. Those pages sit
-    in the page cache, which the kernel reclaims under pressure, never in our RSS.
+    So that the disk is not idle while the CPU computes (on a Pi the reads are a third
+    of an evaluation's compute), a thread asks the kernel (posix_fadvise WILLNEED) to read
+    the next ops' stored bytes, up to `readahead_bytes` ahead in plan order. Those pages
+    sit in the page cache, never in our RSS, but the kernel reclaims them under pressure:
+    a window that does not fit beside the process is read twice.
     """
 
-    def __init__(self, store: TensorStore, chunk_bytes: int = 0):
+    def __init__(self, store: TensorStore, chunk_bytes: int = 0, readahead_bytes: int = 32 << 20):
         super().__init__(store)
         self.chunk_bytes = chunk_bytes
+        self.readahead_bytes = readahead_bytes
         self._plan: list[Group] = []
         self._next_use = 0       # index of the group the model should ask for next
         self._next_hint = 0      # index of the next group to hint
@@ -381,7 +381,7 @@ class NoCacheProvider(WeightsProvider):
         return sum(self.store.stored_bytes(n) for n in group)
 
     def _hint_ahead(self) -> None:
-        while self._next_hint < len(self._plan) and self._hinted_bytes < READAHEAD_BYTES:
+        while self._next_hint < len(self._plan) and self._hinted_bytes < self.readahead_bytes:
             group = self._plan[self._next_hint]
             self._hinted_bytes += self._stored_bytes(group)
             self._next_hint += 1
@@ -531,11 +531,11 @@ def _yield_to_compute() -> None:
 
 
 def make_provider(store: TensorStore, kind: str, prefetch_bytes: int, chunk_bytes: int = 0,
-                  threads: int = 1) -> WeightsProvider:
+                  threads: int = 1, readahead_bytes: int = 32 << 20) -> WeightsProvider:
     """The provider named `kind`; `threads`: the cores the model computes on."""
     if kind == "nocache":
         store.convert_threads = threads   # the model waits for every read: convert on all its cores
-        return NoCacheProvider(store, chunk_bytes)
+        return NoCacheProvider(store, chunk_bytes, readahead_bytes)
     if kind == "ram":
         return RamProvider(store)
     return PrefetchProvider(store, prefetch_bytes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 
 from engine import weights
 from engine.weights import NoCacheProvider, TensorStore
@@ -31,10 +32,9 @@ def recording_fadvise(monkeypatch) -> list[tuple[int, int, int, int]]:
 
 def test_readahead_follows_the_plan_and_stays_within_its_window(tiny_unet, monkeypatch):
     calls = recording_fadvise(monkeypatch)
-    monkeypatch.setattr(weights, "READAHEAD_BYTES", 1)    # one group ahead at a time
     store = TensorStore.open(tiny_unet.folder)
     names = list(store.tensors)[:12]
-    provider = NoCacheProvider(store)
+    provider = NoCacheProvider(store, readahead_bytes=1)  # one group ahead at a time
     provider.begin([(n,) for n in names])
     for n in names[:5]:
         assert np.array_equal(provider.get((n,))[0], store.read(n))
@@ -54,10 +54,9 @@ def test_readahead_of_a_wide_window_covers_the_whole_plan_in_order(tiny_unet, mo
 
 def test_a_request_off_the_plan_is_still_served_and_hints_nothing_new(tiny_unet, monkeypatch):
     calls = recording_fadvise(monkeypatch)
-    monkeypatch.setattr(weights, "READAHEAD_BYTES", 1)
     store = TensorStore.open(tiny_unet.folder)
     names = list(store.tensors)[:6]
-    provider = NoCacheProvider(store)
+    provider = NoCacheProvider(store, readahead_bytes=1)
     provider.begin([(n,) for n in names])
     assert np.array_equal(provider.get((names[4],))[0], store.read(names[4]))
     provider.close()
@@ -79,3 +78,22 @@ def test_a_large_tensor_is_hinted_whole_in_pieces_the_kernel_does_not_truncate(t
     assert pieces[0][0] == info.offset
     assert all(a + n == b for (a, n), (b, _) in zip(pieces, pieces[1:]))       # contiguous, in order
     assert pieces[-1][0] + pieces[-1][1] == info.offset + info.nbytes
+
+
+def test_the_readahead_window_is_an_engine_option(tiny_unet, monkeypatch):
+    calls = recording_fadvise(monkeypatch)
+    from engine.sdxl.unet import UNet
+
+    with UNet.load(tiny_unet.folder, weights="nocache", readahead_bytes=1) as unet:
+        assert unet.provider.readahead_bytes == 1
+        unet.provider.begin([(n,) for n in list(unet.store.tensors)[:4]])
+        unet.provider.end()
+    assert len(hinted_names(unet.store, calls)) == 1      # a window of one group
+
+
+def test_an_empty_readahead_window_is_refused_with_the_option_named():
+    from engine.errors import InputError
+    from engine.options import resolve
+
+    with pytest.raises(InputError, match="readahead_bytes"):
+        resolve("rpi-lowmem", readahead_bytes=0)
