@@ -7,8 +7,11 @@ kernel to read the next ops' bytes ahead (posix_fadvise WILLNEED) so the two ove
 This script measures that overlap here, on a card slowed to the Pi's proportions: one
 full-size random SDXL UNet evaluation in `rpi-lowmem`, cold page cache, its reads
 throttled by a cgroup (blkio.throttle.read_bps_device, or io.max on cgroup v2) to a
-rate at which reading the evaluation's bytes takes K times its compute time (K from
---read-ratios; the Pi projection has K ~0.3-0.4 for the UNet, bench/pi_projection.py).
+rate at which reading the bytes an evaluation needs (its weights but the cross-attention
+K/V projections, which the second and later evaluations of a prompt skip) takes K times its
+compute time (K from --read-ratios; the Pi projection has K ~0.3-0.4 for the UNet,
+bench/pi_projection.py). Bytes read beyond those (pages read ahead, then dropped for want of
+room before their op ran, and read again) count in the reading time.
 
     C = free s/eval, R = bytes read / throttled rate, T = throttled s/eval
     overlap = 1 - (T - max(C, R)) / min(C, R)
@@ -17,10 +20,14 @@ so T = max(C, R) + (1 - overlap) * min(C, R): 1.0 means the shorter of reading a
 computing hid entirely behind the longer, 0.0 that they took turns. The free case reads
 from this machine's disk unthrottled (much faster than the compute needs), so its time
 is the compute time C. Cases alternate in rounds (the machine drifts); each runs in a fresh
-process through bench/unet_full.py's child, and s/eval is its second evaluation.
+process through bench/unet_full.py's child, and s/eval is its second evaluation. Every case
+runs inside the 256 MiB memory cgroup of the other benchmarks too (bench/harness.py; page
+cache included, as on a Pi), so the pages read ahead must find room beside the process.
 
     python bench/card_overlap.py                      # 128x128, K = 0.4, 1, 2.5, 2 rounds
     python bench/card_overlap.py --size 96x160 --read-ratios 0.4 --rounds 3
+    python bench/card_overlap.py --no-memory-cgroup         # no memory limit
+    python bench/card_overlap.py --variant readahead_bytes=8388608 --variant readahead_bytes=33554432
 
 Needs root (a cgroup) and the model on a block device. Not run in CI.
 """
@@ -29,13 +36,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
 import unet_full   # noqa: E402  (bench/, the script's own folder: weights, inputs and the child)
-from harness import CACHE, MB, cg_read, cg_write, cgroup_remove, log, print_table, write_json
+from harness import (CACHE, CGROUP_ROOT, MB, cg_read, cg_write, cgroup_create, cgroup_remove, cgroup_stats,
+                     cgroup_unavailable_reason, describe_cgroup, log, print_table, write_json)
 
 CGROUP_NAME = "slowframe-bench-card"
+CROSS_KV = re.compile(r"\.attn2\.to_[kv]\.")
 V1_ROOT = Path("/sys/fs/cgroup/blkio")
 V2_ROOT = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.procs").is_file() \
     else Path("/sys/fs/cgroup")
@@ -95,6 +105,18 @@ class Throttle:
         cgroup_remove(self.cgroup)
 
 
+def evaluation_bytes(unet: Path) -> int:
+    """Stored bytes an evaluation reading K/V from the cache needs: every weight but the
+    cross-attention K/V projections'."""
+    from engine.weights import TensorStore
+
+    store = TensorStore.open(unet)
+    try:
+        return sum(store.stored_bytes(n) for n in store.tensors if not CROSS_KV.search(n))
+    finally:
+        store.close()
+
+
 def overlap(compute_s: float, read_s: float, total_s: float) -> float:
     """The share of the shorter of reading and computing that hid behind the longer."""
     return 1 - (total_s - max(compute_s, read_s)) / min(compute_s, read_s)
@@ -112,6 +134,9 @@ def main(argv=None) -> int:
     p.add_argument("--read-ratios", default="0.4,1,2.5",
                    help="read time / compute time per evaluation to throttle the card to (default %(default)s)")
     p.add_argument("--rounds", type=int, default=2, help="rounds of all cases, alternating (default 2)")
+    p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                   help="engine options to compare (each round runs every variant); default: the preset as it is")
+    p.add_argument("--no-memory-cgroup", action="store_true", help="run the cases without the 256 MiB memory limit")
     p.add_argument("--unet", type=Path, default=None, metavar="DIR", help="UNet folder (default: the random SDXL UNet)")
     args = p.parse_args(argv)
     if os.geteuid() != 0:
@@ -122,40 +147,63 @@ def main(argv=None) -> int:
     inputs = unet_full.ensure_inputs(h, w, unet_full.BATCH)
     case_args = argparse.Namespace(unet=args.unet or unet_full.UNET_DIR, repeats=1)
     weights = sorted(Path(case_args.unet).glob("*.safetensors"))
+    memory = None
+    if not args.no_memory_cgroup:
+        why = cgroup_unavailable_reason()
+        if why:
+            raise SystemExit(f"[card] no 256 MiB memory cgroup: {why} (--no-memory-cgroup runs without one)")
+        memory = CGROUP_ROOT / "slowframe-bench-card"
     throttle = Throttle(block_device(weights[0]))
-    log(f"[card] throttling reads of {throttle.device} ({weights[0]}) with {throttle.cgroup}")
+    log(f"[card] throttling reads of {throttle.device} ({weights[0]}) with {throttle.cgroup}"
+        + (f"; memory limited by {memory}" if memory else ""))
 
-    def run(label: str, rate: float | None) -> dict:
+    variants = [unet_full.parse_overrides(v.split(",")) for v in args.variant] or [{}]
+    needed = evaluation_bytes(Path(case_args.unet))
+
+    def run(label: str, rate: float | None, overrides: dict) -> dict:
         throttle.set(rate)
         before = throttle.read_bytes()
-        r = unet_full.run_engine_case(h, w, unet_full.BATCH, args.preset, {}, inputs, case_args,
-                                      cgroup_procs=throttle.procs, tag=f"-card-{label}",
-                                      where="" if rate is None else f" reading at {rate / MB:.0f} MB/s")
+        if memory:
+            cgroup_create(memory)
+        try:
+            r = unet_full.run_engine_case(
+                h, w, unet_full.BATCH, args.preset, overrides, inputs, case_args,
+                cgroup_procs=[throttle.procs] + ([memory / "cgroup.procs"] if memory else []), tag=f"-card-{label}",
+                where=("" if rate is None else f" reading at {rate / MB:.0f} MB/s") + (" in 256 MiB" if memory else ""))
+            st = cgroup_stats(memory) if memory else None
+        finally:
+            if memory:
+                cgroup_remove(memory)
+        if st:
+            log(f"[card] {label}: {describe_cgroup(st, r['rc'])}")
         if not r.get("completed"):
             raise SystemExit(f"[card] case {label} failed: {r.get('status')}")
-        return {"label": label, "rate": rate, "s": r["eval_s"], "cpu_s": r["eval_cpu_s"],
-                "read_bytes": r["eval_read_bytes"], "device_bytes": throttle.read_bytes() - before}
+        return {"label": label, "variant": overrides, "rate": rate, "s": r["eval_s"], "cpu_s": r["eval_cpu_s"],
+                "read_bytes": r["eval_read_bytes"], "device_bytes": throttle.read_bytes() - before,
+                "peak_rss": r["mem"]["vmhwm_bytes"], "memory_cgroup": st}
 
     rows = []
     rates: dict[float, float] = {}
     try:
         for rnd in range(args.rounds):
-            log(f"[card] round {rnd + 1}/{args.rounds}")
-            free = run("free", None)
-            rows.append(dict(free, round=rnd + 1, ratio=None))
-            for k in ratios:
-                if k not in rates:   # fixed by the first round's free case (2nd evaluation), then kept
-                    rates[k] = free["read_bytes"][1] / (k * free["s"][1])
-                r = run(f"K{k:g}", rates[k])
-                read_s = [b / rates[k] for b in r["read_bytes"]]
-                r.update(round=rnd + 1, ratio=k, read_s=read_s, free_s=free["s"],
-                         overlap=[overlap(c, rd, t) for c, rd, t in zip(free["s"], read_s, r["s"])])
-                rows.append(r)
+            for v, overrides in enumerate(variants):
+                log(f"[card] round {rnd + 1}/{args.rounds}" + (f", variant {overrides}" if overrides else ""))
+                tag = f"-v{v + 1}" if len(variants) > 1 else ""
+                free = run("free" + tag, None, overrides)
+                rows.append(dict(free, round=rnd + 1, ratio=None))
+                for k in ratios:
+                    if k not in rates:   # fixed by the first free case (2nd evaluation), then kept
+                        rates[k] = needed / (k * free["s"][1])
+                    r = run(f"K{k:g}" + tag, rates[k], overrides)
+                    read_s = [b / rates[k] for b in r["read_bytes"]]
+                    r.update(round=rnd + 1, ratio=k, read_s=read_s, free_s=free["s"],
+                             overlap=[overlap(c, rd, t) for c, rd, t in zip(free["s"], read_s, r["s"])])
+                    rows.append(r)
     finally:
         throttle.remove()
 
     out = CACHE / "card-overlap" / f"{h}x{w}-{args.preset}.json"
-    write_json(out, {"size": [h, w], "preset": args.preset, "rows": rows})
+    write_json(out, {"size": [h, w], "preset": args.preset, "memory_cgroup": bool(memory), "rows": rows})
     table = []
     for r in rows:
         for i, what in enumerate(("K/V computed", "K/V cached")):
@@ -165,12 +213,16 @@ def main(argv=None) -> int:
                 "GB read": f"{r['read_bytes'][i] / 1e9:.2f}",
                 "reading s": f"{r['read_s'][i]:.1f}" if "read_s" in r else "-", "s": f"{r['s'][i]:.1f}",
                 "free s": f"{r['free_s'][i]:.1f}" if "free_s" in r else "-",
-                "overlap": f"{r['overlap'][i]:.3f}" if "overlap" in r else "-", "cpu s": f"{r['cpu_s'][i]:.1f}"})
+                "overlap": f"{r['overlap'][i]:.3f}" if "overlap" in r else "-", "cpu s": f"{r['cpu_s'][i]:.1f}",
+                "peak RSS MB": f"{r['peak_rss'] / MB:.0f}",
+                "cgroup max MB": f"{r['memory_cgroup']['max_usage_in_bytes'] / MB:.0f}" if r["memory_cgroup"] else "-"})
     print_table(["round", "case", "evaluation", "card MB/s", "GB read", "reading s", "s", "free s", "overlap",
-                 "cpu s"], table)
-    for k in ratios:
-        got = [x for r in rows if r["ratio"] == k for x in r["overlap"]]
-        log(f"[card] reading {k:g}x the compute time: overlap {', '.join(f'{x:.3f}' for x in got)}")
+                 "cpu s", "peak RSS MB", "cgroup max MB"], table)
+    for overrides in variants:
+        for k in ratios:
+            got = [x for r in rows if r["ratio"] == k and r["variant"] == overrides for x in r["overlap"]]
+            log(f"[card] {overrides or args.preset}, reading {k:g}x the compute time: overlap "
+                + ", ".join(f"{x:.3f}" for x in got))
     for r in rows:
         if r["rate"] is not None and r["device_bytes"] < 0.9 * sum(r["read_bytes"]):
             log(f"[card] WARNING: case {r['label']} round {r['round']}: the throttled cgroup read only "

@@ -187,12 +187,13 @@ def describe_drop(d: dict) -> str:
 # ----------------------------------------------------------------------------- subprocesses
 
 
-def run_child(script: Path, spec: dict, *, cgroup_procs: Path | None = None,
+def run_child(script: Path, spec: dict, *, cgroup_procs: Path | list[Path] | None = None,
               nice: int = 0) -> tuple[int, dict | None, float]:
     """Run one child case, `python script _child SPEC`; returns (returncode, result json or None, wall seconds).
 
-    With cgroup_procs, the child joins that cgroup before python starts (in_cgroup), so
-    everything the child does (imports included) is charged to the cgroup.
+    With cgroup_procs (one cgroup.procs file, or several of different controllers), the
+    child joins those cgroups before python starts (in_cgroup), so everything the child
+    does (imports included) is charged to them.
     """
     result_path = Path(spec["result"])
     try:
@@ -214,10 +215,12 @@ def run_child(script: Path, spec: dict, *, cgroup_procs: Path | None = None,
     return rc, read_json(result_path), time.perf_counter() - t0
 
 
-def in_cgroup(cmd: list[str], cgroup_procs: Path) -> list[str]:
+def in_cgroup(cmd: list[str], cgroup_procs: Path | list[Path]) -> list[str]:
     """`cmd` started through a tiny sh wrapper that writes its own pid to the cgroup.procs
-    file and then execs it."""
-    return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup_procs)] + cmd
+    file(s) and then execs it."""
+    for procs in reversed([cgroup_procs] if isinstance(cgroup_procs, Path) else cgroup_procs):
+        cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs)] + cmd
+    return cmd
 
 
 def child_main(spec_json: str, kinds: dict[str, Callable[[dict], dict]]) -> int:

@@ -104,14 +104,15 @@ OUR_PROVIDER = {"nocache": "readahead", "prefetch": "prefetch", "ram": "prefetch
 
 # How much of the shorter of reading and computing hides behind the longer with our
 # nocache provider's read-ahead, by read time / compute time: bench/card_overlap.py, one
-# full-size random UNet evaluation in rpi-lowmem with the disk throttled to that ratio,
-# against the same evaluation unthrottled (bench/RESULTS.md#card-overlap). Each figure is
-# the mean over 2 rounds and both evaluations (K/V computed, cached) at 128x128 or at
-# 96x160 latents, whichever is lower (96x160 gave 0.97 at 0.35). Between the measured
-# ratios it is interpolated, beyond them the nearest is taken.
+# full-size random UNet evaluation in rpi-lowmem (its 8 MB read-ahead window) at 128x128,
+# in the 256 MiB memory cgroup, with the disk throttled to that ratio, against the same
+# evaluation unthrottled (bench/RESULTS.md#card-overlap). Each figure is the mean over the
+# rounds and both evaluations (K/V computed, cached); without the memory limit, with the
+# 32 MB window, and at 96x160 the means came out the same. Between the measured ratios it
+# is interpolated, beyond them the nearest is taken.
 CARD_OVERLAP: tuple[tuple[float, float], ...] = ((0.4, 0.95), (1.0, 0.75), (2.5, 0.87))
 CARD_OVERLAP_SOURCE = ("bench/card_overlap.py, session 21, machine I: one rpi-lowmem UNet evaluation at 128x128 "
-                       "and at 96x160, the disk throttled by a blkio cgroup, 2 rounds")
+                       "in 256 MiB, the disk throttled by a blkio cgroup, 2-3 rounds")
 
 # The x86 ratio (our compute time / OnnxStream's for the same stage on one machine), per
 # stage, from bench/onnxstream.py's head-to-head in the Pi configurations on both sides

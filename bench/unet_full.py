@@ -404,7 +404,8 @@ def engine_label(preset: str, overrides: dict) -> str:
 
 
 def run_engine_case(h, w, batch, preset, overrides, inputs, args, *, ops_printf=False,
-                    cgroup_procs: Path | None = None, tag="", where: str = " in the 256 MiB cgroup") -> dict:
+                    cgroup_procs: Path | list[Path] | None = None, tag="",
+                    where: str = " in the 256 MiB cgroup") -> dict:
     d = case_dir(h, w, batch)
     unet_dir = getattr(args, "unet", None) or UNET_DIR
     label = engine_label(preset, overrides) + ("" if unet_dir == UNET_DIR else f"@{unet_dir.name}") + tag
