@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -45,7 +44,6 @@ from harness import (CACHE, CGROUP_ROOT, MB, cg_read, cg_write, cgroup_create, c
                      cgroup_unavailable_reason, describe_cgroup, log, print_table, write_json)
 
 CGROUP_NAME = "slowframe-bench-card"
-CROSS_KV = re.compile(r"\.attn2\.to_[kv]\.")
 V1_ROOT = Path("/sys/fs/cgroup/blkio")
 V2_ROOT = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.procs").is_file() \
     else Path("/sys/fs/cgroup")
@@ -105,16 +103,13 @@ class Throttle:
         cgroup_remove(self.cgroup)
 
 
-def evaluation_bytes(unet: Path) -> int:
-    """Stored bytes an evaluation reading K/V from the cache needs: every weight but the
-    cross-attention K/V projections'."""
-    from engine.weights import TensorStore
+def evaluation_bytes(unet: Path, preset: str) -> int:
+    """Stored bytes an evaluation reading K/V from the cache needs: the weights of the
+    UNet's cached plan (every weight but the cross-attention K/V projections')."""
+    from engine.sdxl.unet import UNet
 
-    store = TensorStore.open(unet)
-    try:
-        return sum(store.stored_bytes(n) for n in store.tensors if not CROSS_KV.search(n))
-    finally:
-        store.close()
+    with UNet.load(unet, preset) as model:     # reads the header only
+        return sum(model.store.stored_bytes(n) for n in {n for g in model.plans[True] for n in g})
 
 
 def overlap(compute_s: float, read_s: float, total_s: float) -> float:
@@ -158,7 +153,7 @@ def main(argv=None) -> int:
         + (f"; memory limited by {memory}" if memory else ""))
 
     variants = [unet_full.parse_overrides(v.split(",")) for v in args.variant] or [{}]
-    needed = evaluation_bytes(Path(case_args.unet))
+    needed = evaluation_bytes(Path(case_args.unet), args.preset)
 
     def run(label: str, rate: float | None, overrides: dict) -> dict:
         throttle.set(rate)
