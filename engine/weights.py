@@ -27,6 +27,7 @@ import numpy as np
 
 from engine import kernels
 from engine.errors import ModelFileError
+from engine.options import Options
 from engine.parallel import equal_step, in_parallel
 from engine.safetensors import PICKLE_SUFFIXES, TensorInfo, pread_into, read_header
 
@@ -347,7 +348,7 @@ class NoCacheProvider(WeightsProvider):
     a window that does not fit beside the process is read twice.
     """
 
-    def __init__(self, store: TensorStore, chunk_bytes: int = 0, readahead_bytes: int = 32 << 20):
+    def __init__(self, store: TensorStore, chunk_bytes: int = 0, readahead_bytes: int = Options.readahead_bytes):
         super().__init__(store)
         self.chunk_bytes = chunk_bytes
         self.readahead_bytes = readahead_bytes
@@ -531,7 +532,7 @@ def _yield_to_compute() -> None:
 
 
 def make_provider(store: TensorStore, kind: str, prefetch_bytes: int, chunk_bytes: int = 0,
-                  threads: int = 1, readahead_bytes: int = 32 << 20) -> WeightsProvider:
+                  threads: int = 1, readahead_bytes: int = Options.readahead_bytes) -> WeightsProvider:
     """The provider named `kind`; `threads`: the cores the model computes on."""
     if kind == "nocache":
         store.convert_threads = threads   # the model waits for every read: convert on all its cores
