@@ -68,10 +68,14 @@ def _edit_theme(text: str, index: int | None, fields: dict, prompts: list[str]) 
     return yamledit.delete_key(text, path + ("prompt",))
 
 
+def _choices(choices: dict) -> dict:
+    """What the theme form's selects offer, from the daemon's choices."""
+    return {"samplers": choices.get("sampler", []), "recipes": choices.get("recipe", [])}
+
+
 def _problem_page(template: str, saved: configfile.Saved | None, error: str | None, status: int, **context):
-    choices = configfile.current().choices
-    return render_template(template, saved=saved, error=error, samplers=choices.get("sampler", []),
-                           recipes=choices.get("recipe", []), **context), status
+    return render_template(template, saved=saved, error=error, **_choices(configfile.current().choices),
+                           **context), status
 
 
 @blueprint.get("/themes")
@@ -96,8 +100,7 @@ def edit(index: int | None = None):
     theme = themes[index] if index is not None else {}
     values = _form_values(theme if isinstance(theme, dict) else {})
     return render_template("theme.html", index=index, values=values, version=config.version,
-                           samplers=config.choices.get("sampler", []), recipes=config.choices.get("recipe", []),
-                           saved=None, error=None)
+                           **_choices(config.choices), saved=None, error=None)
 
 
 @blueprint.post("/themes/new")
