@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -38,8 +39,15 @@ def test_ci_refuses_to_skip_it():
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
 def test_without_root_it_fails_saying_why():
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "SLOWFRAME_SKIP_ARM64")}
-    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(SCRIPT)],
-                       env=env, capture_output=True, text=True, timeout=60)
+    # a copy anybody can read: the clone itself may sit in a folder only root enters (mktemp -d)
+    with tempfile.TemporaryDirectory(dir="/tmp") as folder:
+        os.chmod(folder, 0o755)
+        script = Path(folder) / ".ci" / "arm64"
+        script.parent.mkdir(mode=0o755)
+        shutil.copy(SCRIPT, script)
+        script.chmod(0o755)
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(script)],
+                           env=env, capture_output=True, text=True, timeout=60, cwd=folder)
     assert r.returncode == 1
     assert "needs root" in r.stderr and "did NOT run" in r.stderr
 
