@@ -429,13 +429,30 @@ class FilePath:
         raw = Text(allow_empty=False).read(reader, node, where)
         if raw is None:
             return None
-        path = Path(raw).expanduser()
+        try:
+            path = home_path(raw)
+        except ValueError as exc:
+            reader.error(node, f"{where}: {exc}")
+            return None
         path = path if path.is_absolute() else reader.base / path
         problem = self.kind and _wrong_kind(path, self.kind)
         if problem:
             reader.error(node, f"{where}: {problem}")
             return None
         return path
+
+
+def home_path(raw: str) -> Path:
+    """Path(raw) with a leading ~ or ~user made the home folder it names; ValueError saying
+    what to write instead where there is no such home folder."""
+    try:
+        return Path(raw).expanduser()
+    except RuntimeError:   # "~name..." where no user has that name, or "~" with no home folder
+        user = raw[1:].split("/", 1)[0]
+        whose = f"user '{user}'" if user else "the current user"
+        raise ValueError(f"'{raw}' starts with '~', the home folder of {whose}, which this "
+                         f"system does not have; write the whole path (e.g. /home/pi/...), or ./{raw} for a name "
+                         f"that starts with '~'") from None
 
 
 def _wrong_kind(path: Path, kind: str) -> str | None:

@@ -11,12 +11,11 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from yaml.nodes import Node, ScalarNode
 
 from frame.config.reader import (FALSE, TIME, AnyName, FilePath, Flag, Kind, Number, OneOf, Reader, Time, Whole,
-                                 is_null, suggest)
+                                 home_path, is_null, suggest)
 from frame.config.settings import (DEFAULT_BUTTONS, ButtonSettings, ButtonSpec, HistorySettings, ModelSettings,
                                    QuietHours, ScheduleSettings)
 from frame.display.config import AUTO_PANEL, KEYS as DISPLAY_KEYS, DisplayConfig, check_value
@@ -125,8 +124,13 @@ def read_display(reader: Reader, node: Node | None) -> DisplayConfig:
                          "with display.panel (e.g. spectra6-7.3)")
         return DisplayConfig()
     config = DisplayConfig(**good)
-    if "output" in good and not Path(config.output).expanduser().is_absolute():
-        config = replace(config, output=str(reader.base / Path(config.output).expanduser()))
+    if "output" in good:
+        try:
+            output = home_path(config.output)
+        except ValueError as exc:
+            reader.error(values["output"], f"display.output: {exc}")
+            return DisplayConfig()
+        config = replace(config, output=str(output if output.is_absolute() else reader.base / output))
     if config.palette and config.panel != AUTO_PANEL:
         try:
             Palette.for_panel(PANELS[config.panel], config.palette)

@@ -173,6 +173,21 @@ def test_relative_paths_are_relative_to_the_config_file(tmp_path):
     assert config.warnings == ()
 
 
+def test_a_path_under_a_home_folder_is_expanded_and_one_of_no_user_is_an_error_at_its_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    path = tmp_path / "frame.yaml"
+    path.write_text("model: {path: /nowhere}\ndisplay: {backend: file, panel: acep-7.3, output: ~/shown}\n"
+                    "themes: [{name: a, prompt: b}]\n")
+    assert load_config(path).display.output == str(tmp_path / "home" / "shown")
+    nobody = "~no-such-user-slowframe"
+    found = problems(tmp_path, f"model:\n  path: {nobody}/sdxl\ndisplay:\n  backend: file\n  panel: acep-7.3\n"
+                               f"  output: {nobody}\nwildcards:\n  colour: {nobody} - red - blue\n")
+    errors = [p for p in found if p[2] == "error"]
+    assert [p[:2] for p in errors] == [(2, 9), (6, 11), (8, 11)], found
+    for _, _, _, message in errors:
+        assert "no-such-user-slowframe" in message and "home folder" in message and "whole path" in message
+
+
 def test_a_missing_model_folder_is_only_a_warning(tmp_path):
     found = problems(tmp_path, "model:\n  path: /nowhere/sdxl\n  preset: rpi-lowmen\n")
     warning = only(found, "warning")
