@@ -254,7 +254,8 @@ class Pipeline:
         spec = sampler_spec(recipe, sampler, steps, schedule, timesteps, eta, gamma)
         sampler = spec.build(self.schedule)     # a schedule the model cannot do fails here
         guidance = recipe.guidance if guidance is None else guidance
-        width, height = width or recipe.size[0], height or recipe.size[1]
+        width = recipe.size[0] if width is None else width
+        height = recipe.size[1] if height is None else height
         request = (prompt, negative_prompt, spec, recipe.name, width, height, guidance, init_noise)
         self._settings(0 if seed is None else seed, *request)   # refuse bad requests before touching checkpoints
         check_pictures(num, width, height, self.options, init_noise is not None)

@@ -315,6 +315,7 @@ def test_sigterm_checkpoints_and_exits_promptly(tiny_sdxl, tmp_path):
 @pytest.mark.parametrize("kwargs,message", [
     (dict(width=100), "not a multiple of 8"),
     (dict(height=32), "from 64 to 4096"),
+    (dict(width=0), "width must be a whole number of pixels from 64 to 4096, got 0"),   # 0 is not "the default"
     (dict(sampler="dpmpp_2z"), "unknown sampler 'dpmpp_2z'; choose one of: dpmpp_2m, "),
     (dict(sampler="euler", schedule="karas"), "unknown schedule 'karas'; choose one of: karras, "),
     (dict(sampler="lcm", timesteps=[999, 1000]), "timestep 1000 is outside"),
