@@ -18,7 +18,7 @@ import numpy as np
 from engine import blas, kernels
 from engine.parallel import equal_step, in_parallel, worker_pool
 from engine.bands import Dense, BandedImage, silu_
-from engine.weights import Weight, row_chunks
+from engine.weights import Weight, WeightRows, row_chunks
 
 
 def linear(x: np.ndarray, w: Weight, b: np.ndarray | None = None) -> np.ndarray:
@@ -56,6 +56,7 @@ def conv2d(image: BandedImage, w: Weight, b: np.ndarray | None, stride: int = 1,
     accumulate = out is not None
     if out is None:
         out = np.empty((B, co, Ho, Wo), dtype=np.float32)
+    image = _once_if_refilled(image, w)
     if k == 3 and stride == 1:
         tile_rows, block = _winograd_plan(C, H, W, band_bytes)
         if tile_rows * ((W + 1) // 2) >= WINO_MIN_TILES:
@@ -83,6 +84,21 @@ def conv2d(image: BandedImage, w: Weight, b: np.ndarray | None, stride: int = 1,
                     if bias is not None:
                         dst += bias
     return out
+
+
+# A computed image (normalised, concatenated with an expanded skip...) that a weight read in
+# bands of output channels would have computed anew for every band is computed once instead,
+# where it is at most this big: the 1280-channel levels' inputs at 1024x1024 (<= 10.5 MB),
+# not the 64x64 level's (21-31 MB), which runs nearer the evaluation's peak RSS
+# (bench/RESULTS.md#convolutions).
+ONCE_BYTES = 16 << 20
+
+
+def _once_if_refilled(image: BandedImage, w: Weight) -> BandedImage:
+    """`image` as an array where every band of `w`'s output channels would compute it again."""
+    if isinstance(image, Dense) or not isinstance(w, WeightRows) or w.rows_per_chunk >= w.shape[0]:
+        return image
+    return Dense(image.dense()) if 4 * int(np.prod(image.shape)) <= ONCE_BYTES else image
 
 
 # A band's padded input stays within this many bytes even when band_bytes allows more:

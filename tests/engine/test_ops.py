@@ -145,6 +145,35 @@ def test_conv2d_of_a_normalised_concatenation_in_bands_matches_torch(conv_path):
           F.conv2d(ref_in, torch.from_numpy(wt), torch.from_numpy(b), 1, 1), tol=1e-4)
 
 
+@pytest.mark.parametrize("once_bytes,times", [(16 << 20, (1, 1)), (0, (4, 99))])   # 4 bands of outputs
+def test_a_computed_image_is_computed_once_where_the_weight_is_read_in_bands(once_bytes, times, conv_path, tmp_path,
+                                                                             monkeypatch):
+    from safetensors.numpy import save_file
+
+    from engine.weights import TensorStore, WeightRows
+
+    a, s = randn(1, 24, 11, 13), randn(1, 8, 11, 13, scale=2.0)
+    gamma, beta = randn(32), randn(32)
+    wt, b = randn(16, 32, 3, 3, scale=0.1), randn(16)
+    save_file({"w": wt}, tmp_path / "w.safetensors")
+    banded = WeightRows(TensorStore([tmp_path / "w.safetensors"]), "w", 4 * 4 * 32 * 9)
+    rows_filled = []
+
+    class Counted(Normalized):
+        def fill(self, b, y0, y1, out, c0=0):
+            rows_filled.append((y1 - y0) * out.shape[0])
+            super().fill(b, y0, y1, out, c0)
+
+    monkeypatch.setattr(ops, "ONCE_BYTES", once_bytes)
+    image = Counted(Concat(Dense(a), Compact(s, "uint8")), gamma, beta, groups=8, eps=1e-5, silu=True)
+    got = ops.conv2d(image, banded, b, 1, 4 * 32 * 15 * 3)
+    # every channel's rows once, or (bigger than ONCE_BYTES) at least once per band of the weight's outputs
+    assert times[0] <= sum(rows_filled) / (32 * 11) <= times[1]
+    ref_in = F.silu(F.group_norm(torch.cat([torch.from_numpy(a), torch.from_numpy(Compact(s, "uint8").dense())], 1),
+                                 8, torch.from_numpy(gamma), torch.from_numpy(beta), 1e-5))
+    close(got, F.conv2d(ref_in, torch.from_numpy(wt), torch.from_numpy(b), 1, 1), tol=1e-4)
+
+
 def test_groupnorm_silu_banded_image_matches_torch_even_with_a_large_mean():
     x = randn(2, 64, 10, 12) + 50.0          # mean >> std: naive E[x^2]-E[x]^2 would lose it
     gamma, beta = randn(64), randn(64)
