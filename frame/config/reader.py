@@ -429,12 +429,9 @@ class FilePath:
         raw = Text(allow_empty=False).read(reader, node, where)
         if raw is None:
             return None
-        try:
-            path = home_path(raw)
-        except ValueError as exc:
-            reader.error(node, f"{where}: {exc}")
+        path = placed_path(reader, node, raw, where)
+        if path is None:
             return None
-        path = path if path.is_absolute() else reader.base / path
         problem = self.kind and _wrong_kind(path, self.kind)
         if problem:
             reader.error(node, f"{where}: {problem}")
@@ -442,17 +439,20 @@ class FilePath:
         return path
 
 
-def home_path(raw: str) -> Path:
-    """Path(raw) with a leading ~ or ~user made the home folder it names; ValueError saying
-    what to write instead where there is no such home folder."""
+def placed_path(reader: Reader, node: Node, raw: str, where: str) -> Path | None:
+    """The path `raw` (read from `node`) stands for: a leading ~ or ~user made the home folder it
+    names, a relative path taken from the config's folder. None, with an error at the node
+    saying what to write instead, where there is no such home folder."""
     try:
-        return Path(raw).expanduser()
+        path = Path(raw).expanduser()
     except RuntimeError:   # "~name..." where no user has that name, or "~" with no home folder
         user = raw[1:].split("/", 1)[0]
         whose = f"user '{user}'" if user else "the current user"
-        raise ValueError(f"'{raw}' starts with '~', the home folder of {whose}, which this "
-                         f"system does not have; write the whole path (e.g. /home/pi/...), or ./{raw} for a name "
-                         f"that starts with '~'") from None
+        reader.error(node, f"{where}: '{raw}' starts with '~', the home folder of {whose}, which this system does "
+                           f"not have; write the whole path (e.g. /home/pi/...), or ./{raw} for a name that starts "
+                           f"with '~'")
+        return None
+    return path if path.is_absolute() else reader.base / path
 
 
 def _wrong_kind(path: Path, kind: str) -> str | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from yaml.nodes import Node, ScalarNode
 
 from frame.config.reader import (FALSE, TIME, AnyName, FilePath, Flag, Kind, Number, OneOf, Reader, Time, Whole,
-                                 home_path, is_null, suggest)
+                                 is_null, placed_path, suggest)
 from frame.config.settings import (DEFAULT_BUTTONS, ButtonSettings, ButtonSpec, HistorySettings, ModelSettings,
                                    QuietHours, ScheduleSettings)
 from frame.display.config import AUTO_PANEL, KEYS as DISPLAY_KEYS, DisplayConfig, check_value
@@ -125,12 +125,10 @@ def read_display(reader: Reader, node: Node | None) -> DisplayConfig:
         return DisplayConfig()
     config = DisplayConfig(**good)
     if "output" in good:
-        try:
-            output = home_path(config.output)
-        except ValueError as exc:
-            reader.error(values["output"], f"display.output: {exc}")
+        output = placed_path(reader, values["output"], config.output, "display.output")
+        if output is None:
             return DisplayConfig()
-        config = replace(config, output=str(output if output.is_absolute() else reader.base / output))
+        config = replace(config, output=str(output))
     if config.palette and config.panel != AUTO_PANEL:
         try:
             Palette.for_panel(PANELS[config.panel], config.palette)
